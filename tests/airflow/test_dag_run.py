@@ -1,0 +1,267 @@
+"""Both DAGs run for real with `dag.test()`: sandbox -> Meltano -> a throwaway PostgreSQL database.
+
+One test, in order: the daily DAG (five groups, three keys) loads every table equal to the
+sandbox's truth, each group reading with the key its pool guards and saving its own state id;
+then a guest's marketing consent flips in the sandbox and the weekly refresh DAG brings the
+warehouse up to date. Airflow: a throwaway AIRFLOW_HOME and SQLite metadata database, migrated
+with `airflow db migrate`; every Airflow process is a subprocess (see dag_testing.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from dag_testing import HERE, PROJECT_ROOT, airflow_env
+from psycopg import sql
+
+from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.testing import SandboxProcess
+
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+import demo_pipeline  # scripts/ is not a package; the demo's checks are reused
+
+pytestmark = pytest.mark.airflow
+
+MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
+PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types")
+# Three keys for five groups and the refresh: round-robin gives core/offers key 1,
+# members/stats key 2, rewards/refresh key 3. Two come from Airflow Variables, one from a plain
+# environment variable of the worker.
+KEY_SETTINGS = {
+    "GUESTDATA_API_KEY_VARIABLES": "guestdata_api_key_1,guestdata_api_key_2,GUESTDATA_TEST_KEY_3",
+    "AIRFLOW_VAR_GUESTDATA_API_KEY_1": OWNER_KEYS[0],
+    "AIRFLOW_VAR_GUESTDATA_API_KEY_2": OWNER_KEYS[1],
+    "GUESTDATA_TEST_KEY_3": OWNER_KEYS[2],
+}
+# Request paths (sandbox log, without the base path) that only one group reads.
+GROUP_OF_PATH = {
+    "/guests": "core",
+    "/rewards/members": "members",
+    "/rewards/rewards": "rewards",
+    "/rewards/redemptions": "rewards",
+    "/rewards/offers": "offers",
+    "/stats": "stats",
+}
+DAILY_KEYS = {
+    "core": OWNER_KEYS[0],
+    "members": OWNER_KEYS[1],
+    "rewards": OWNER_KEYS[2],
+    "offers": OWNER_KEYS[0],
+    "stats": OWNER_KEYS[1],
+}
+REFRESH_KEY = OWNER_KEYS[2]
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[demo_pipeline.Destination]:
+    """127.0.0.1:5432 (user postgres, trust) if it answers, else the embedded pgserver."""
+    server = demo_pipeline.server_from_url(demo_pipeline.DEFAULT_SERVER_URL, "local")
+    if demo_pipeline.server_answers(server):
+        yield server
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="guestdata-airflow-pg-") as pgdata,
+        demo_pipeline.embedded_server(Path(pgdata) / "data") as embedded,
+    ):
+        yield embedded
+
+
+@pytest.fixture(scope="module")
+def database(postgres: demo_pipeline.Destination) -> Iterator[str]:
+    """A throwaway database, dropped at the end whatever happened."""
+    name = f"guestdata_airflow_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(postgres.conninfo("postgres"), autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        with psycopg.connect(postgres.conninfo("postgres"), autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(scope="module")
+def meltano_installed(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`meltano install` of the plugins the DAG runs (idempotent; the group extractors share
+    tap-guestdata's virtualenv)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("MELTANO_")}
+    env["MELTANO_DATABASE_URI"] = f"sqlite:///{tmp_path_factory.mktemp('install')}/meltano.db"
+    result = subprocess.run(
+        [str(MELTANO), "install", *PLUGINS],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SandboxProcess]:
+    """This module's own sandbox: the test mutates it."""
+    with SandboxProcess(size="small", seed=23, limits=False) as server:
+        yield server
+
+
+class Airflow:
+    """Runs `airflow db migrate` and `run_dag.py` in one throwaway AIRFLOW_HOME."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home = home
+        self.env = env
+        self.logs: list[Path] = []
+
+    def run(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        log = self.home / f"{Path(args[0]).stem}-{len(self.logs)}.log"
+        self.logs.append(log)
+        with log.open("w") as output:
+            result = subprocess.run(
+                [sys.executable, *args],
+                cwd=PROJECT_ROOT,
+                env=self.env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        if result.returncode != 0:
+            tail = "\n".join(log.read_text().splitlines()[-60:])
+            pytest.fail(f"{' '.join(args)} exited {result.returncode}; log {log}:\n{tail}")
+        return result
+
+    def dag_test(self, dag_id: str) -> dict[str, Any]:
+        self.run(str(HERE / "run_dag.py"), dag_id, timeout=600)
+        return json.loads(self.logs[-1].read_text().strip().splitlines()[-1])
+
+    def output(self) -> str:
+        return "\n".join(log.read_text() for log in self.logs)
+
+
+@pytest.fixture(scope="module")
+def airflow(
+    meltano_installed: None,
+    sandbox: SandboxProcess,
+    postgres: demo_pipeline.Destination,
+    database: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Airflow:
+    home = tmp_path_factory.mktemp("airflow-home")
+    state_dir = tmp_path_factory.mktemp("meltano-state")
+    meltano = demo_pipeline.meltano_env(sandbox.base_url, postgres, database, state_dir)
+    pipeline = {
+        name: value
+        for name, value in meltano.items()
+        if name.startswith(("TAP_GUESTDATA", "TARGET_POSTGRES", "MELTANO_"))
+    }
+    env = airflow_env(
+        home,
+        {
+            **pipeline,
+            # The sandbox's limits are off; the tap's own limiter need not slow the test.
+            "TAP_GUESTDATA_REQUESTS_PER_MINUTE": "100000",
+            "GUESTDATA_PROJECT_ROOT": str(PROJECT_ROOT),
+            "GUESTDATA_MELTANO_BIN": str(MELTANO),
+            "GUESTDATA_MELTANO_ENVIRONMENT": "dev",
+            "GUESTDATA_RETRIES": "0",  # dag.test() would wait out retry_delay
+            "GUESTDATA_KEY_COOLDOWN_SECONDS": "0",
+            **KEY_SETTINGS,
+        },
+    )
+    runner = Airflow(home, env)
+    runner.run("-m", "airflow", "db", "migrate", timeout=300)
+    return runner
+
+
+def check_against_truth(database_url: str, truth: dict[str, Any]) -> None:
+    checks = demo_pipeline.check_database(database_url, truth, demo_pipeline.TARGET_SCHEMA)
+    assert all(check.matches for check in checks), "\n" + demo_pipeline.report(checks)
+    assert sum(check.rows_in_database for check in checks) > 0
+
+
+def keys_by_group(sandbox: SandboxProcess) -> dict[str, set[str]]:
+    used: dict[str, set[str]] = {}
+    for request in sandbox.requests_log():
+        for prefix, group in GROUP_OF_PATH.items():
+            if request["path"].startswith(prefix):
+                used.setdefault(group, set()).add(request["key"])
+    return used
+
+
+def state_ids(airflow: Airflow) -> list[str]:
+    result = subprocess.run(
+        [str(MELTANO), "--environment=dev", "state", "list"],
+        cwd=PROJECT_ROOT,
+        env=airflow.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return sorted(line.strip() for line in result.stdout.splitlines() if line.startswith("dev:"))
+
+
+def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
+    airflow: Airflow,
+    sandbox: SandboxProcess,
+    postgres: demo_pipeline.Destination,
+    database: str,
+) -> None:
+    database_url = postgres.conninfo(database)
+    sandbox.clear_requests()
+
+    started = time.monotonic()
+    daily = airflow.dag_test("guestdata_meltano")
+    daily_seconds = time.monotonic() - started
+    assert daily["state"] == "success", daily
+    assert daily["tasks"] == dict.fromkeys(DAILY_KEYS, "success")
+    check_against_truth(database_url, sandbox.truth(OWNER_KEYS[0]))
+    assert keys_by_group(sandbox) == {group: {key} for group, key in DAILY_KEYS.items()}
+    assert state_ids(airflow) == [
+        f"dev:tap-guestdata--{group}-to-target-postgres" for group in sorted(DAILY_KEYS)
+    ]
+
+    # A consent change leaves the guest's place in the API's order as it was; the weekly full
+    # refresh reads every guest again.
+    guest = sandbox.truth(OWNER_KEYS[0], "guests")[-1]
+    sandbox.mutate(
+        "set_marketing_consent", guest_id=guest["id"], value=not guest["marketing_consent"]
+    )
+    sandbox.clear_requests()
+    started = time.monotonic()
+    refresh = airflow.dag_test("guestdata_meltano_weekly_refresh")
+    refresh_seconds = time.monotonic() - started
+    assert refresh == {**refresh, "state": "success", "tasks": {"refresh": "success"}}
+    with psycopg.connect(database_url) as connection:
+        consent = connection.execute(
+            sql.SQL("SELECT marketing_consent FROM {} WHERE id = %s").format(
+                sql.Identifier(demo_pipeline.TARGET_SCHEMA, "guests")
+            ),
+            (guest["id"],),
+        ).fetchone()
+    assert consent == (not guest["marketing_consent"],)
+    check_against_truth(database_url, sandbox.truth(OWNER_KEYS[0]))
+    used = keys_by_group(sandbox)
+    assert used == {"core": {REFRESH_KEY}, "stats": {REFRESH_KEY}}  # guests and stats only
+    assert "dev:tap-guestdata--refresh-to-target-postgres" in state_ids(airflow)
+
+    # Keys reach Meltano through the environment only, never through the DAG's output.
+    assert OWNER_KEYS[1] not in airflow.output()
+    print(
+        f"\ndag.test(): daily DAG {daily_seconds:.1f} s (in Airflow {daily['seconds']:.1f} s), "
+        f"weekly refresh {refresh_seconds:.1f} s (in Airflow {refresh['seconds']:.1f} s)"
+    )
