@@ -1,0 +1,79 @@
+"""`guestdata-sandbox serve`: the simulator on loopback; the first stdout line is its root URL."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import signal
+import sys
+from collections.abc import Sequence
+
+from guestdata_sandbox.generate import SIZES
+from guestdata_sandbox.ratelimit import RateLimiter
+from guestdata_sandbox.server import BASE_PATH, make_server
+from guestdata_sandbox.store import Store
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="guestdata-sandbox", description=__doc__)
+    commands = root.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the API and the /_sandbox/ control surface")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8787, help="0 picks a free port")
+    serve.add_argument("--seed", type=int, default=42)
+    serve.add_argument("--size", choices=sorted(SIZES), default="small")
+    serve.add_argument(
+        "--anchor",
+        type=dt.date.fromisoformat,
+        default=None,
+        help="the data's today, a London date (default: today in London)",
+    )
+    serve.add_argument(
+        "--time-scale", type=float, default=1.0, help="the rate-limit minute lasts 60*F seconds"
+    )
+    serve.add_argument("--no-limits", action="store_true", help="switch rate limiting off")
+    bench = commands.add_parser("selfbench", help="measure generation and pages per second")
+    bench.add_argument("--size", choices=sorted(SIZES), default="small")
+    bench.add_argument("--seconds", type=float, default=5.0)
+    bench.add_argument("--threads", type=int, default=2)
+    return root
+
+
+def serve(args: argparse.Namespace) -> None:
+    store = Store(args.seed, args.size, args.anchor)
+    limiter = RateLimiter(enabled=not args.no_limits, time_scale=args.time_scale)
+    server = make_server(args.host, args.port, store, limiter)
+    host, port = server.server_address[:2]
+    print(f"http://{host}:{port}", flush=True)
+    print(
+        f"guestdata-sandbox: size={args.size} seed={args.seed} anchor={store.anchor} "
+        f"generated in {store.dataset.generation_seconds:.2f}s; API at "
+        f"http://{host}:{port}{BASE_PATH}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.command == "serve":
+        serve(args)
+    else:
+        from guestdata_sandbox.selfbench import run
+
+        run(args.size, args.seconds, args.threads)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""Deterministic seeded data: a pure function of (seed, size, anchor), cut at the start time.
+
+Every generated timestamp falls before `cutoff` = min(end of the anchor's London day, start time
+minus a minute), so "today" has data but nothing lies in the future. Each resource draws from
+its own `random.Random` stream, seeded from (seed, size, account, resource).
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from guestdata_sandbox import names
+from guestdata_sandbox.accounts import ACCOUNTS, PARTNERS, Account
+from guestdata_sandbox.rules import london_day_end, london_day_start, zone
+
+
+@dataclass(frozen=True)
+class Size:
+    venues: int
+    venue_age_days: tuple[int, int]  # venues created this many days before the anchor
+    guests: int
+    members: int
+    offers: int
+
+
+SIZES: dict[str, Size] = {
+    "small": Size(venues=5, venue_age_days=(30, 120), guests=1500, members=200, offers=12),
+    "medium": Size(venues=10, venue_age_days=(60, 365), guests=15000, members=2000, offers=16),
+    "large": Size(venues=20, venue_age_days=(120, 365), guests=640000, members=40000, offers=20),
+}
+SECONDARY = Size(venues=2, venue_age_days=(20, 60), guests=150, members=30, offers=8)
+START_MARGIN_S = 60  # generated times end this long before the server started
+ID_BASES = {
+    "venues": 11,
+    "guests": 100001,
+    "members": 20001,
+    "member_ledger": 500001,
+    "rewards": 300001,
+    "redemptions": 700001,
+    "offers": 901,
+    "programme": 41,
+}
+
+
+@dataclass
+class AccountData:
+    account: Account
+    venues: list[dict] = field(default_factory=list)
+    persons: list[tuple[str, str, str, str]] = field(default_factory=list)  # first, last, email,
+    consent: list[bool] = field(default_factory=list)  # phone; consent is per person, now
+    guests: list[dict] = field(default_factory=list)  # oldest first
+    programme: dict | None = None
+    partner: str = ""
+    offers: list[dict] = field(default_factory=list)
+    members: list[dict] = field(default_factory=list)  # oldest first; each holds its ledger
+    rewards: list[dict] = field(default_factory=list)
+    redemptions: list[dict] = field(default_factory=list)
+
+    # indexes, rebuilt by build_indexes() and kept up to date by mutations
+    zones: dict[int, str] = field(default_factory=dict)
+    guest_times: list[float] = field(default_factory=list)
+    guests_by_id: dict[int, dict] = field(default_factory=dict)
+    members_by_id: dict[int, dict] = field(default_factory=dict)
+    rewards_by_id: dict[int, dict] = field(default_factory=dict)
+    rewards_by_offer: dict[int, list[dict]] = field(default_factory=dict)
+    redemptions_by_id: dict[int, dict] = field(default_factory=dict)
+    offers_by_id: dict[int, dict] = field(default_factory=dict)
+
+    def build_indexes(self) -> None:
+        self.zones = {venue["id"]: venue["timezone"] for venue in self.venues}
+        self.guest_times = [row["visited_at"] for row in self.guests]
+        self.guests_by_id = {row["id"]: row for row in self.guests}
+        self.members_by_id = {row["id"]: row for row in self.members}
+        self.rewards_by_id = {row["id"]: row for row in self.rewards}
+        self.rewards_by_offer = {}
+        for row in self.rewards:
+            self.rewards_by_offer.setdefault(row["offer"]["id"], []).append(row)
+        self.redemptions_by_id = {row["id"]: row for row in self.redemptions}
+        self.offers_by_id = {row["id"]: row for row in self.offers}
+
+    def venue(self, venue_id: int | None) -> dict | None:
+        return next((venue for venue in self.venues if venue["id"] == venue_id), None)
+
+
+@dataclass
+class Dataset:
+    seed: int
+    size: str
+    anchor: dt.date
+    cutoff: float
+    accounts: dict[int, AccountData]
+    next_ids: dict[str, int]
+    generation_seconds: float = 0.0
+
+    def new_id(self, resource: str) -> int:
+        self.next_ids[resource] += 1
+        return self.next_ids[resource] - 1
+
+
+def stream(seed: int, size: str, account_id: int, resource: str) -> random.Random:
+    return random.Random(f"{seed}:{size}:{account_id}:{resource}")
+
+
+def generate(seed: int, size: str, anchor: dt.date, started_at: float | None = None) -> Dataset:
+    from guestdata_sandbox.generate_members import generate_rewards
+
+    began = time.perf_counter()
+    started_at = time.time() if started_at is None else started_at
+    cutoff = min(london_day_end(anchor), started_at - START_MARGIN_S)
+    dataset = Dataset(seed, size, anchor, cutoff, {}, dict(ID_BASES))
+    for account in ACCOUNTS.values():
+        shape = SIZES[size] if account.main else SECONDARY
+        data = AccountData(account)
+        make_venues(dataset, data, shape)
+        make_persons(dataset, data, shape)
+        make_guests(dataset, data, shape)
+        if account.plan.rewards:  # accounts whose plan has Rewards have a programme
+            generate_rewards(dataset, data, shape)
+        whole_seconds(data)
+        data.build_indexes()
+        dataset.accounts[account.account_id] = data
+    dataset.generation_seconds = time.perf_counter() - began
+    return dataset
+
+
+TIME_FIELDS = frozenset(
+    [
+        "created_at",
+        "visited_at",
+        "updated_at",
+        "activated_at",
+        "starts_at",
+        "ends_at",
+        "issued_at",
+        "expires_at",
+        "locked_until",
+        "delivered_email_at",
+        "delivered_sms_at",
+        "viewed_at",
+        "voided_at",
+        "restored_at",
+        "tier_reached_at",
+        "last_visit_at",
+        "membership_consent_at",
+        "left_at",
+        "anonymised_at",
+    ]
+)
+
+
+def whole_seconds(data: AccountData) -> None:
+    """Timestamps render to the second, so they are stored to the second: windows stay exact."""
+    rows: list[dict] = [*data.venues, *data.guests, *data.offers, *data.members]
+    rows += [line for member in data.members for line in member["ledger"]]
+    rows += [*data.rewards, *data.redemptions]
+    if data.programme:
+        rows.append(data.programme)
+    for row in rows:
+        for name in TIME_FIELDS.intersection(row):
+            if isinstance(row[name], float):
+                row[name] = int(row[name])
+
+
+def make_venues(dataset: Dataset, data: AccountData, shape: Size) -> None:
+    rng = stream(dataset.seed, dataset.size, data.account.account_id, "venues")
+    words = rng.sample(names.VENUE_WORDS, shape.venues)
+    low, high = shape.venue_age_days
+    ages = sorted((rng.randint(low, high) for _ in range(shape.venues)), reverse=True)
+    ages[0] = high  # the oldest venue sets how far back the account goes
+    # spec 2.6: venues on non-UTC zones, and one still on the UTC default
+    cities = [names.CITIES[0], names.CITIES[6], names.CITIES[4], names.CITIES[3], names.CITIES[2]]
+    cities += [rng.choice(names.CITIES) for _ in range(max(0, shape.venues - len(cities)))]
+    if shape.venues < 5:
+        cities = [names.CITIES[0], names.CITIES[rng.choice((3, 4, 6))]]
+    for index in range(shape.venues):
+        city, country, zone_name, currency, _ = cities[index]
+        day = dataset.anchor - dt.timedelta(days=ages[index])
+        created = london_day_start(day) + rng.randint(9 * 3600, 17 * 3600)
+        data.venues.append(
+            {
+                "id": dataset.new_id("venues"),
+                "name": f"The {words[index]} {rng.choice(names.VENUE_KINDS)} {city}",
+                "city": city,
+                "country": country,
+                "created_at": created,
+                "timezone": zone_name,
+                "timezone_is_default": zone_name == "UTC",
+                "currency": currency,
+                "earn_multiplier": rng.choice((1.0, 1.0, 1.5, 2.0)),
+                "is_active": index != shape.venues - 1 or shape.venues < 4,
+            }
+        )
+
+
+def phone_number(rng: random.Random, prefix: str) -> str:
+    """E.164 mobile numbers in each country's usual shape."""
+    digits = "".join(rng.choices("0123456789", k=8))
+    if prefix == "+44":
+        return f"+447{rng.randint(4, 9)}{digits}"
+    if prefix == "+1":
+        return f"+1{rng.randint(201, 989)}{digits[:7]}"
+    if prefix == "+61":
+        return f"+614{digits}"
+    if prefix == "+353":
+        return f"+3538{rng.choice('35679')}{digits[:7]}"
+    return f"+336{digits}"
+
+
+def make_persons(dataset: Dataset, data: AccountData, shape: Size) -> None:
+    """The people behind arrivals and members: one email, phone and consent each."""
+    rng = stream(dataset.seed, dataset.size, data.account.account_id, "persons")
+    prefixes = [
+        city[4] for venue in data.venues for city in names.CITIES if city[0] == venue["city"]
+    ]
+    seen: set[str] = set()
+    for index in range(max(60, int(shape.guests / 2.5))):
+        first, last = rng.choice(names.FIRST_NAMES), rng.choice(names.LAST_NAMES)
+        email = f"{first}.{last}{rng.randint(1, 99)}@{rng.choice(names.EMAIL_DOMAINS)}".lower()
+        if email in seen:
+            email = email.replace("@", f".{index}@")
+        seen.add(email)
+        data.persons.append((first, last, email, phone_number(rng, rng.choice(prefixes))))
+        data.consent.append(rng.random() < 0.62)
+
+
+def make_guests(dataset: Dataset, data: AccountData, shape: Size) -> None:
+    """Arrivals per venue per local day, busier at weekends; ids follow arrival time."""
+    rng = stream(dataset.seed, dataset.size, data.account.account_id, "guests")
+    venue_weights = [rng.uniform(0.5, 1.5) for _ in data.venues]
+    slots: list[tuple[int, float, float]] = []  # (venue index, open epoch, weight)
+    for index, venue in enumerate(data.venues):
+        tz = zone(venue["timezone"])
+        first_day = dt.datetime.fromtimestamp(venue["created_at"], tz).date()
+        day = first_day
+        while day <= dataset.anchor:
+            opens = dt.datetime(day.year, day.month, day.day, 8, tzinfo=tz).timestamp()
+            weekend = 1.5 if day.weekday() >= 4 else 1.0
+            slots.append((index, opens, venue_weights[index] * weekend * rng.uniform(0.6, 1.4)))
+            day += dt.timedelta(days=1)
+    total_weight = sum(slot[2] for slot in slots)
+    person_count = len(data.persons)
+    arrivals: list[tuple[float, int, int]] = []
+    random_ = rng.random
+    cutoff = dataset.cutoff
+    for index, opens, weight in slots:
+        expected = shape.guests * weight / total_weight
+        created = data.venues[index]["created_at"]
+        for _ in range(int(expected + random_())):
+            visited = opens + int(random_() * 15 * 3600)  # open 08:00-23:00 local
+            if created <= visited < cutoff:
+                arrivals.append((visited, index, int(person_count * random_() ** 1.6)))
+    arrivals.sort()
+    seen: set[tuple[int, int]] = set()
+    day_starts, day_labels = london_days(dataset, arrivals[0][0] if arrivals else cutoff)
+    first_id = dataset.next_ids["guests"]
+    for offset, (visited, index, person) in enumerate(arrivals):
+        pair = (person, index)
+        data.guests.append(
+            {
+                "id": first_id + offset,
+                "venue_id": data.venues[index]["id"],
+                "person": person,
+                "is_return_visit": pair in seen,
+                "visited_at": visited,
+                "date": day_labels[bisect.bisect_right(day_starts, visited) - 1],
+            }
+        )
+        seen.add(pair)
+    dataset.next_ids["guests"] = first_id + len(arrivals)
+
+
+def london_days(dataset: Dataset, earliest: float) -> tuple[list[float], list[str]]:
+    """London day starts and labels from `earliest` to the anchor, for bisecting."""
+    day = dt.datetime.fromtimestamp(earliest, zone("Europe/London")).date()
+    starts, labels = [], []
+    while day <= dataset.anchor + dt.timedelta(days=1):
+        starts.append(london_day_start(day))
+        labels.append(day.isoformat())
+        day += dt.timedelta(days=1)
+    return starts, labels
+
+
+def partner_for(dataset: Dataset, account_id: int) -> str:
+    """spec 2.6: mirror_to_<partner>; the partner differs by seed and account."""
+    rank = sorted(ACCOUNTS).index(account_id)  # 0 for the main account, 1.. for the others
+    shift = 0 if ACCOUNTS[account_id].main else 1 + rank % (len(PARTNERS) - 1)
+    return PARTNERS[(dataset.seed + shift) % len(PARTNERS)]
+
+
+def pick(rng: random.Random, options: list[Any] | tuple[Any, ...]) -> Any:
+    return options[int(rng.random() * len(options))]

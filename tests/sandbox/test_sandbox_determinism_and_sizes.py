@@ -1,0 +1,66 @@
+"""Seeded, deterministic data at three sizes, generated fast; pages served fast."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+
+import pytest
+from sandbox_helpers import OWNER
+
+from guestdata_sandbox.generate import generate
+from guestdata_sandbox.selfbench import pages_per_second
+from guestdata_sandbox.testing import SandboxProcess
+
+PAST_ANCHOR = "2026-06-30"  # a past anchor: no row depends on the start time
+
+
+def test_same_seed_same_truth_and_other_seed_other_data() -> None:
+    with SandboxProcess(size="small", seed=5, limits=False, anchor=PAST_ANCHOR) as first:
+        one = first.truth(OWNER)
+        limited = first.truth("gd_limited_access")
+    with SandboxProcess(size="small", seed=5, limits=False, anchor=PAST_ANCHOR) as second:
+        assert second.truth(OWNER) == one
+        assert second.truth("gd_limited_access") == limited
+    with SandboxProcess(size="small", seed=6, limits=False, anchor=PAST_ANCHOR) as other:
+        assert other.truth(OWNER)["guests"] != one["guests"]
+    anchor_end = dt.datetime(2026, 7, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert all(dt.datetime.fromisoformat(g["visited_at"]) < anchor_end for g in one["guests"])
+
+
+def rows(size: str) -> tuple[int, float]:
+    dataset = generate(42, size, dt.date.today())
+    total = 0
+    for data in dataset.accounts.values():
+        total += len(data.venues) + len(data.guests) + len(data.members) + len(data.offers)
+        total += sum(len(member["ledger"]) for member in data.members)
+        total += len(data.rewards) + len(data.redemptions)
+    return total, dataset.generation_seconds
+
+
+@pytest.mark.parametrize(
+    ("size", "low", "high", "seconds"),
+    [("small", 2_000, 9_000, 5), ("medium", 20_000, 90_000, 15)],
+)
+def test_sizes_row_counts_and_generation_time(size: str, low: int, high: int, seconds: float):
+    total, took = rows(size)
+    print(f"\n{size}: {total} rows generated in {took:.2f}s")
+    assert low <= total <= high
+    assert took < seconds
+
+
+@pytest.mark.skipif(not os.environ.get("SANDBOX_LARGE"), reason="set SANDBOX_LARGE=1 (about 10 s)")
+def test_large_is_about_a_million_rows_in_well_under_a_minute() -> None:
+    total, took = rows("large")
+    print(f"\nlarge: {total} rows generated in {took:.2f}s")
+    assert 900_000 <= total <= 1_400_000 and took < 40
+
+
+def test_serves_several_hundred_pages_a_second_with_limits_off(sandbox: SandboxProcess) -> None:
+    """Measured and printed; the assertion is a loose floor so a busy machine does not fail it."""
+    pages_per_second(sandbox.base_url, 1.0, 2)  # warm the render cache
+    started = time.perf_counter()
+    rate = pages_per_second(sandbox.base_url, 3.0, 2)
+    print(f"\n{rate:.0f} per_page=200 pages/s ({time.perf_counter() - started:.1f}s)")
+    assert rate > 100
