@@ -233,7 +233,19 @@ def truth_tables(truth: Mapping[str, Any]) -> dict[str, list[dict]]:
             tables[stream] = [value]
         else:
             tables[stream] = list(value)
+    tables["programme_venues"] = [fixed_mirror_columns(row) for row in tables["programme_venues"]]
     return tables
+
+
+def fixed_mirror_columns(venue: Mapping[str, Any]) -> dict[str, Any]:
+    """The table shape the tap promises for `meta.venues[]` (spec 2.6): `mirror_to_<partner>`
+    arrives as `mirror_partner` (the name) and `mirror_to_partner` (the flag)."""
+    row = {name: value for name, value in venue.items() if not name.startswith("mirror_to_")}
+    flags = [(name, value) for name, value in venue.items() if name.startswith("mirror_to_")]
+    partner, flag = flags[0] if flags else ("mirror_to_", None)
+    row["mirror_partner"] = partner.removeprefix("mirror_to_") or None
+    row["mirror_to_partner"] = flag
+    return row
 
 
 def table_exists(connection: psycopg.Connection, schema: str, table: str) -> bool:

@@ -1,0 +1,390 @@
+"""The one base class of every stream: auth and the key pool, paging, retries, error policy.
+
+Streams stay declarations (path, keys, cursor, window); every API rule they share is here or
+in `http/` (limiter, error codes) and `windows.py` (time).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import threading
+from collections.abc import Generator, Hashable, Iterable, Iterator
+from functools import cached_property
+from importlib import resources
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import orjson
+import requests
+from singer_sdk import RESTStream
+from singer_sdk.exceptions import FatalAPIError
+from singer_sdk.helpers._catalog import pop_deselected_record_properties
+from singer_sdk.helpers._typing import conform_record_data_types
+from singer_sdk.helpers._util import utc_now
+from singer_sdk.helpers.conform import TypeConformanceLevel
+from singer_sdk.schema.source import SchemaDirectory, StreamSchema
+from singer_sdk.singerlib import RecordMessage
+
+from tap_guestdata import windows
+from tap_guestdata.concurrency import Prefetched, lookahead
+from tap_guestdata.http.errors import (
+    RateLimited,
+    ResourceNotFound,
+    StreamForbidden,
+    StreamSkipped,
+    TransientError,
+    classify,
+    describe_request,
+)
+from tap_guestdata.paging import BODY_ATTRIBUTE, LastPagePaginator, NewestFirstPages, body_of
+from tap_guestdata.settings import BASE_PATH
+from tap_guestdata.windows import TimeWindow
+
+if TYPE_CHECKING:
+    from backoff.types import Details
+    from singer_sdk.helpers.types import Context
+
+    from tap_guestdata.runtime import Runtime, StreamCounters
+
+PER_PAGE = 200  # spec 4.3: the largest page; fewest requests
+BACKOFF_FIRST_SECONDS = 0.5
+BACKOFF_CAP_SECONDS = 60.0
+RATE_LIMITED_RETRY_CAP = 100  # 429s per request before giving up (they wait, they don't fail)
+SCHEMAS = SchemaDirectory(resources.files("tap_guestdata") / "schemas")
+
+
+class GuestDataStream(RESTStream[int]):
+    """A Guest Data Read API stream."""
+
+    schema = StreamSchema(SCHEMAS)  # schemas/<stream name>.json
+    # Records are the API's JSON as parsed; conforming would only copy them (ecosystem notes).
+    TYPE_CONFORMANCE_LEVEL = TypeConformanceLevel.NONE
+
+    scopes: ClassVar[tuple[str, ...]] = ()  # 403 groups that skip this stream (spec 4.5)
+    paged: ClassVar[bool] = True  # a list: per_page=200 and page=N (spec 4.3)
+    window: ClassVar[TimeWindow | None] = None
+    newest_first: ClassVar[bool] = False  # a newest-first list: drop rows pages shift back
+    prefetched_by_parent: ClassVar[bool] = False  # child partitions fetched by worker threads
+    skip_missing_partition: ClassVar[bool] = False  # 404: the parent vanished, skip it
+    allow_redirects = False  # spec 5.7: the key goes to base_url only, never where a 3xx points
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._window_params: dict[Hashable, dict[str, Any]] = {}
+        self._prefetched = Prefetched()
+        self._listing = threading.local()  # the NewestFirstPages of the listing being read
+        self._records_counter: StreamCounters | None = None
+        self._utc_replication_key: str | None = None
+
+    # ------------------------------------------------------------------ shared run state
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._tap.runtime  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def sync_started_at(self) -> dt.datetime:
+        return self.runtime.sync_started_at
+
+    @property
+    def url_base(self) -> str:
+        return self.runtime.settings.base_url
+
+    @property
+    def requests_session(self) -> requests.Session:
+        return self.runtime.session()
+
+    @property
+    def timeout(self) -> float:  # type: ignore[override]
+        return self.runtime.settings.request_timeout_seconds
+
+    @property
+    def http_headers(self) -> dict[str, str]:
+        return {"Accept": "application/json", "User-Agent": "tap-guestdata"}
+
+    # ------------------------------------------------------------------ requests
+
+    def get_new_paginator(self) -> LastPagePaginator | None:  # type: ignore[override]
+        return LastPagePaginator(start_value=1) if self.paged else None
+
+    def get_url_params(self, context: Context | None, next_page_token: int | None) -> dict:
+        params = {**self.partition_params(context), **self.window_params(context)}
+        if self.paged:
+            params.update(per_page=PER_PAGE, page=next_page_token or 1)
+        return params
+
+    def partition_params(self, context: Context | None) -> dict[str, Any]:
+        """Parameters taken from the partition (e.g. venue_id, a day); none by default."""
+        return {}
+
+    def window_params(self, context: Context | None) -> dict[str, Any]:
+        """since/until for this partition, fixed for the run (bounded at the sync start)."""
+        if self.window is None:
+            return {}
+        key = self.state_key(context)
+        if key not in self._window_params:
+            self._window_params[key] = self.window.params(
+                self.window_start(context), self.sync_started_at, self.lookback_days()
+            )
+        return self._window_params[key]
+
+    def bookmark(self, context: Context | None) -> str | None:
+        """The previous run's bookmark of this partition (progress of this run is kept apart
+        in progress markers until the end, so this is stable during the run)."""
+        state = self.get_context_state(context)
+        if state.get("replication_key") != self.replication_key:
+            return None
+        return state.get("replication_key_value")
+
+    def window_start(self, context: Context | None) -> str | None:
+        """The previous run's bookmark, or start_date on a first run, whichever is later."""
+        bookmark = self.bookmark(context)
+        start_date = self.runtime.settings.start_date
+        if bookmark and start_date:
+            return max(bookmark, start_date, key=windows.parse_boundary)
+        return bookmark or start_date
+
+    def lookback_days(self) -> int:
+        if self.window is None or self.window.lookback_setting is None:
+            return 0
+        return int(getattr(self.runtime.settings, self.window.lookback_setting) or 0)
+
+    def state_key(self, context: Context | None) -> Hashable:
+        partition = self._get_state_partition_context(context) or {}
+        return tuple(sorted(partition.items()))
+
+    def _request(
+        self, prepared_request: requests.PreparedRequest, context: Context | None
+    ) -> requests.Response:
+        """One attempt: a slot on the least-loaded key, then the request (spec 5.1, 8)."""
+        if reason := self.runtime.gate.reason(self.scopes):
+            raise StreamSkipped(reason)
+        counters = self.runtime.counters_for(self.name)
+        lease = self.runtime.keys.acquire()
+        prepared_request.headers["Authorization"] = f"Bearer {lease.key}"
+        counters.add(requests=1)
+        try:
+            response = self.requests_session.send(
+                prepared_request, timeout=self.timeout, allow_redirects=self.allow_redirects
+            )
+        except (requests.RequestException, OSError) as error:
+            lease.release(None)
+            raise TransientError(f"{self.describe(prepared_request)}: {error!r}") from None
+        finally:  # the key must not outlive the request object (exceptions keep a reference)
+            prepared_request.headers["Authorization"] = "Bearer <redacted>"
+        lease.release(response)
+        if response.status_code == requests.codes.too_many_requests:
+            counters.add(rate_limited=1)
+        self._write_request_duration_log(
+            endpoint=self.path, response=response, context=context, extra_tags=None
+        )
+        try:
+            self.validate_response(response)
+        except RateLimited as error:  # spec 8.3: pause this key only (all at the address cap)
+            at_address_cap = response.headers.get("X-RateLimit-Remaining") == "0"
+            lease.pause(error.retry_after, whole_address=at_address_cap)
+            raise
+        return response
+
+    def describe(self, request: requests.PreparedRequest | None) -> str:
+        return describe_request(request, self._base_path)
+
+    @property
+    def _base_path(self) -> str:
+        path = requests.utils.urlparse(self.url_base).path
+        return path if path.endswith(BASE_PATH) else BASE_PATH
+
+    def validate_response(self, response: requests.Response) -> None:
+        """Spec 7 policy (http/errors.py); a 2xx body that is not the JSON envelope retries."""
+        if response.status_code >= requests.codes.bad_request:
+            raise classify(response, self.describe(response.request))
+        if response.is_redirect:
+            raise FatalAPIError(
+                f"{self.describe(response.request)}: HTTP {response.status_code} redirect to "
+                f"{response.headers.get('Location')!r} not followed (the key is only sent to "
+                "base_url); check base_url"
+            )
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            raise TransientError(
+                f"{self.describe(response.request)}: HTTP {response.status_code} with a body "
+                f"that is not JSON ({len(response.content)} bytes, truncated?)",
+                response,
+            ) from None
+        if not isinstance(body, dict) or "data" not in body:  # spec 1: data + meta envelope
+            raise TransientError(
+                f"{self.describe(response.request)}: answer is not the data/meta envelope",
+                response,
+            )
+        setattr(response, BODY_ATTRIBUTE, body)
+
+    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+        data = body_of(response).get("data")
+        if isinstance(data, list):
+            guard: NewestFirstPages | None = getattr(self._listing, "guard", None)
+            return guard.fresh(data) if guard is not None else data
+        return [] if data is None else [data]
+
+    # ------------------------------------------------------------------ retries (backoff)
+
+    def backoff_wait_generator(self) -> Generator[float, Any, None]:  # type: ignore[override]
+        """429: no extra wait here (the pool holds that key back for Retry-After, another key
+        may go at once) and not counted as a failure; 5xx, timeouts, dropped connections and
+        bad bodies: exponential backoff, at most max_retries times, then the error is raised."""
+        max_retries = self.runtime.settings.max_retries
+        failures = rate_limited = 0
+        error = yield 0.0
+        while True:
+            if isinstance(error, RateLimited):
+                rate_limited += 1
+                if rate_limited > RATE_LIMITED_RETRY_CAP:
+                    return
+                error = yield 0.0
+                continue
+            failures += 1
+            if failures > max_retries:
+                if isinstance(error, Exception) and error.args:
+                    error.args = (f"{error.args[0]} (gave up after {max_retries} retries)",)
+                return
+            wait = min(BACKOFF_CAP_SECONDS, BACKOFF_FIRST_SECONDS * 2 ** (failures - 1))
+            error = yield wait * random.uniform(0.8, 1.2)
+
+    def backoff_max_tries(self) -> int:
+        return self.runtime.settings.max_retries + 1 + RATE_LIMITED_RETRY_CAP
+
+    def backoff_jitter(self, value: float) -> float:
+        return value  # the wait generator adds its own jitter
+
+    def backoff_handler(self, details: Details) -> None:
+        """Count every retry (429s too; they are also counted apart as rate-limited)."""
+        error = details.get("exception")
+        self.runtime.counters_for(self.name).add(retries=1)
+        if not isinstance(error, RateLimited):  # a 429 waits on its key, it is no failure
+            self.logger.warning("Retrying in %.1fs after: %s", details.get("wait", 0), error)
+
+    # ------------------------------------------------------------------ records
+
+    def get_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        """The stream's rows, unless its group is forbidden (spec 4.5)."""
+        if self.runtime.gate.reason(self.scopes):
+            return
+        self._records_counter = self.runtime.counters_for(self.name) if self.selected else None
+        if self.replication_key and self.is_timestamp_replication_key:
+            self._utc_replication_key = self.replication_key
+        try:
+            yield from self.read_records(context)
+        except StreamForbidden as error:
+            self.forbidden(error)
+        except StreamSkipped:
+            return
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        """The rows of one partition; streams override this for non-list endpoints."""
+        if self.prefetched_by_parent:
+            future = self._prefetched.take(self.partition_key(context))
+            return future.result() if future is not None else self.fetch_partition(context)
+        return self.with_children_prefetched(self.list_rows(context), context)
+
+    def list_rows(self, context: Context | None) -> Iterator[dict[str, Any]]:
+        """request_records, with a fresh NewestFirstPages for this listing (per thread)."""
+        self._listing.guard = NewestFirstPages() if self.newest_first else None
+        try:
+            yield from self.request_records(context)
+        finally:
+            self._listing.guard = None
+
+    def forbidden(self, error: StreamForbidden) -> None:
+        if self.runtime.settings.on_forbidden == "fail":
+            raise FatalAPIError(f"{error} (on_forbidden=fail)") from None
+        names = [
+            stream.name
+            for stream in self._tap.streams.values()
+            if error.scope in getattr(stream, "scopes", ()) and stream.selected
+        ]
+        self.runtime.gate.close(error, names)
+
+    def post_process(self, row: dict, context: Context | None = None) -> dict | None:
+        key = self._utc_replication_key
+        if key is not None and isinstance(value := row.get(key), str):
+            row[key] = windows.utc_text(value)  # bookmarks compare as strings: all in UTC
+        if self._records_counter is not None:
+            self._records_counter.records += 1
+        return row
+
+    def _generate_record_messages(self, record: dict) -> Iterator[RecordMessage]:
+        """The SDK's, without two passes that change nothing here: removing deselected
+        properties when every property is selected, and conforming at level NONE."""
+        if self._has_deselected_properties:
+            pop_deselected_record_properties(record, self.schema, self.mask)
+        if self.TYPE_CONFORMANCE_LEVEL != TypeConformanceLevel.NONE:
+            record = conform_record_data_types(
+                self.name, record, self.effective_schema, self.TYPE_CONFORMANCE_LEVEL, self.logger
+            )
+        for stream_map in self.stream_maps:
+            mapped = stream_map.transform(record)
+            if mapped is not None:
+                yield RecordMessage(
+                    stream=stream_map.stream_alias,
+                    record=mapped,
+                    version=self._stream_version,
+                    time_extracted=utc_now(),
+                )
+
+    @cached_property
+    def _has_deselected_properties(self) -> bool:
+        return not all(selected for breadcrumb, selected in self.mask.items() if breadcrumb)
+
+    def compare_start_date(self, value: str, start_date_value: str) -> str:
+        return max(value, start_date_value, key=windows.parse_boundary)
+
+    # ------------------------------------------------------------------ child prefetching
+
+    def partition_key(self, context: Context | None) -> Hashable:
+        return tuple(sorted((context or {}).items()))
+
+    def fetch_partition(self, context: Context | None) -> list[dict[str, Any]]:
+        """All rows of one child partition (runs in a worker thread)."""
+        try:
+            return list(self.list_rows(context))
+        except ResourceNotFound as error:
+            if not self.skip_missing_partition:
+                raise
+            self.logger.warning("Skipping %s: its parent is gone (%s)", dict(context or {}), error)
+            return []
+
+    def prefetch(self, context: Context) -> None:
+        """Start this child's requests for `context` in the worker pool (main thread)."""
+        self.window_params(context)  # state is read on the main thread only
+        self._prefetched.submit(
+            self.runtime.executor,
+            self.partition_key(context),
+            lambda: self.fetch_partition(context),
+        )
+
+    def with_children_prefetched(
+        self, rows: Iterable[dict[str, Any]], context: Context | None
+    ) -> Iterable[dict[str, Any]]:
+        children = [
+            child
+            for child in self.child_streams
+            if isinstance(child, GuestDataStream) and child.prefetched_by_parent and child.selected
+        ]
+        if not children:
+            return rows
+
+        def start_children(row: dict[str, Any]) -> None:
+            child_context = self.get_child_context(row, context)
+            if child_context is not None:
+                for child in children:
+                    child.prefetch(child_context)
+
+        return self._drain(lookahead(rows, start_children, 4 * self.runtime.workers))
+
+    def _drain(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        try:
+            yield from rows
+        finally:
+            for child in self.child_streams:
+                if isinstance(child, GuestDataStream):
+                    child._prefetched.clear()

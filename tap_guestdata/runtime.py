@@ -1,0 +1,119 @@
+"""What every stream of one run shares: settings, the key pool, the worker pool, the record of
+forbidden stream groups, per-stream counters for the summary, and lookups read once per run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from tap_guestdata.http.errors import StreamForbidden
+from tap_guestdata.http.limiter import KeyPool
+from tap_guestdata.settings import Settings
+
+
+@dataclass
+class StreamCounters:
+    """The numbers of one stream's summary line (spec: end-of-run log)."""
+
+    records: int = 0
+    requests: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    skipped: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, *, requests: int = 0, retries: int = 0, rate_limited: int = 0) -> None:
+        with self._lock:
+            self.requests += requests
+            self.retries += retries
+            self.rate_limited += rate_limited
+
+    def line(self, stream: str) -> str:
+        if self.skipped is not None:
+            return f"Stream summary: {stream}: skipped ({self.skipped})"
+        return (
+            f"Stream summary: {stream}: {self.records} records, {self.requests} requests, "
+            f"{self.retries} retries, {self.rate_limited} rate-limited (429)"
+        )
+
+
+class Gate:
+    """Stream groups closed by a 403 (spec 4.5): "rewards" (every Rewards stream) and
+    "members" (the member endpoints). Once closed, no further request is sent for them."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._closed: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._logger = logger
+
+    def reason(self, scopes: tuple[str, ...]) -> str | None:
+        for scope in scopes:
+            if scope in self._closed:
+                return self._closed[scope]
+        return None
+
+    def close(self, error: StreamForbidden, streams: list[str]) -> None:
+        """Record the 403 and warn once, naming every stream it skips."""
+        with self._lock:
+            if error.scope in self._closed:
+                return
+            self._closed[error.scope] = error.reason
+        self._logger.warning(
+            "Skipping the %s streams (%s): %s. Set on_forbidden=fail to fail instead.",
+            error.scope,
+            ", ".join(streams),
+            error.reason,
+        )
+
+
+class Runtime:
+    """Created once per tap run, on first use (after the config was validated)."""
+
+    def __init__(self, settings: Settings, sync_started_at: dt.datetime, logger: logging.Logger):
+        self.settings = settings
+        self.sync_started_at = sync_started_at
+        self.keys = KeyPool(
+            list(settings.keys), settings.requests_per_minute, settings.rate_limit_window_seconds
+        )
+        self.workers = settings.max_workers * len(settings.keys)  # max_workers is per key
+        self.executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="guestdata")
+        self.gate = Gate(logger)
+        self.counters: dict[str, StreamCounters] = {}
+        self._sessions = threading.local()
+        self._lookups: dict[str, Any] = {}
+        self._lookup_lock = threading.Lock()
+
+    def counters_for(self, stream: str) -> StreamCounters:
+        return self.counters.setdefault(stream, StreamCounters())
+
+    def session(self) -> requests.Session:
+        """One HTTP session (connection pool) per thread."""
+        session = getattr(self._sessions, "session", None)
+        if session is None:
+            session = requests.Session()
+            adapter = HTTPAdapter(pool_connections=2, pool_maxsize=2, max_retries=0)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+            self._sessions.session = session
+        return session
+
+    def lookup(self, name: str, read: Callable[[], Any]) -> Any:
+        """A value read once per run and shared (venues, offers, the programme answer)."""
+        with self._lookup_lock:
+            if name not in self._lookups:
+                self._lookups[name] = read()
+            return self._lookups[name]
+
+    def close(self) -> None:
+        """Stop what is still queued or waiting (after a failure workers may be mid-flight)."""
+        self.keys.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,292 @@
+"""The tap's settings: their JSON schema (what `--about` shows), validation and a typed view.
+
+Validation runs before any request and raises `ConfigValidationError` naming the setting;
+messages about api_key / api_keys never repeat the value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from jsonschema import Draft7Validator
+from singer_sdk import typing as th
+
+from tap_guestdata import windows
+
+BASE_PATH = "/api/v1/customer"  # spec 9: base_url ends in this path segment
+MAX_KEYS = 5  # spec 5.3: at most 5 keys per account
+SECRET_SETTINGS = ("api_key", "api_keys")
+LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}  # plain http allowed only here
+
+SETTINGS_SCHEMA: dict[str, Any] = th.PropertiesList(
+    th.Property(
+        "api_key",
+        th.StringType,
+        secret=True,
+        description="API key from the dashboard's API Keys page (spec 5). Required unless "
+        "api_keys is set.",
+    ),
+    th.Property(
+        "api_keys",
+        th.ArrayType(th.StringType),
+        secret=True,
+        description="1 to 5 distinct keys of the same account (spec 5.3); requests are spread "
+        "over them, each key with its own per-minute budget.",
+    ),
+    th.Property(
+        "base_url",
+        th.StringType,
+        required=True,
+        description="API root ending in /api/v1/customer (spec 9); https unless the host is "
+        "loopback (127.0.0.1, ::1, localhost).",
+    ),
+    th.Property(
+        "start_date",
+        th.StringType,
+        description="Earliest data for time-windowed streams on a first run: YYYY-MM-DD (a "
+        "Europe/London day) or an ISO 8601 instant with offset; not in the future.",
+    ),
+    th.Property(
+        "requests_per_minute",
+        th.IntegerType(minimum=1),
+        default=120,
+        description="Requests per key per rolling window (spec 8 allows 120 per minute).",
+    ),
+    th.Property(
+        "rate_limit_window_seconds",
+        th.NumberType(exclusive_minimum=0),
+        default=60,
+        description="Length in seconds of the rolling 'minute' the per-key budget applies to.",
+    ),
+    th.Property(
+        "rewards_lookback_days",
+        th.IntegerType(minimum=0),
+        description="Days of issued rewards re-read before the bookmark (redemption changes old "
+        "rows). Default: the longest valid_days_after_issue among offers (90 if unreadable).",
+    ),
+    th.Property(
+        "redemptions_lookback_days",
+        th.IntegerType(minimum=0),
+        default=30,
+        description="Days of redemptions re-read before the bookmark (voids and restores).",
+    ),
+    th.Property(
+        "stats_lookback_days",
+        th.IntegerType(minimum=0),
+        default=3,
+        description="Days of daily statistics re-read before the bookmark (late sign-ups).",
+    ),
+    th.Property(
+        "members_margin_seconds",
+        th.IntegerType(minimum=0),
+        default=300,
+        description="Safety margin subtracted from the sync start for the members bookmark "
+        "(sent as updated_since on the next run).",
+    ),
+    th.Property(
+        "on_forbidden",
+        th.StringType,
+        allowed_values=["warn", "fail"],
+        default="warn",
+        description="On a 403 that closes streams (Rewards off or not in plan, missing team "
+        "permission): warn and skip them, or fail the run.",
+    ),
+    th.Property(
+        "max_workers",
+        th.IntegerType(minimum=1, maximum=16),
+        default=4,
+        description="Concurrent requests per key for ledger lines, offer stats and per-day "
+        "statistics (worker threads = max_workers x number of keys).",
+    ),
+    th.Property(
+        "request_timeout_seconds",
+        th.NumberType(exclusive_minimum=0),
+        default=30,
+        description="Seconds to wait for an answer before the request is retried.",
+    ),
+    th.Property(
+        "max_retries",
+        th.IntegerType(minimum=0),
+        default=8,
+        description="Retries (exponential backoff) after a 5xx, timeout, dropped connection or "
+        "unreadable body, per request; 429s wait Retry-After and do not count.",
+    ),
+).to_dict()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings with their defaults applied."""
+
+    keys: tuple[str, ...]
+    base_url: str
+    start_date: str | None
+    requests_per_minute: int
+    rate_limit_window_seconds: float
+    rewards_lookback_days: int | None
+    redemptions_lookback_days: int
+    stats_lookback_days: int
+    members_margin_seconds: int
+    on_forbidden: str
+    max_workers: int
+    request_timeout_seconds: float
+    max_retries: int
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Settings:
+        return cls(
+            keys=tuple(api_keys(config)),
+            base_url=str(config["base_url"]).rstrip("/"),
+            start_date=config.get("start_date") or None,
+            requests_per_minute=int(config.get("requests_per_minute", 120)),
+            rate_limit_window_seconds=float(config.get("rate_limit_window_seconds", 60)),
+            rewards_lookback_days=config.get("rewards_lookback_days"),
+            redemptions_lookback_days=int(config.get("redemptions_lookback_days", 30)),
+            stats_lookback_days=int(config.get("stats_lookback_days", 3)),
+            members_margin_seconds=int(config.get("members_margin_seconds", 300)),
+            on_forbidden=str(config.get("on_forbidden", "warn")),
+            max_workers=int(config.get("max_workers", 4)),
+            request_timeout_seconds=float(config.get("request_timeout_seconds", 30)),
+            max_retries=int(config.get("max_retries", 8)),
+        )
+
+
+def api_keys(config: dict[str, Any]) -> list[str]:
+    """api_keys, plus api_key when both are set, without repeats."""
+    keys = list(config.get("api_keys") or [])
+    single = config.get("api_key")
+    if single and single not in keys:
+        keys.insert(0, single)
+    return keys
+
+
+def validate(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """Every problem with the config, each naming its setting; [] when valid."""
+    errors = [_schema_error(error) for error in Draft7Validator(schema).iter_errors(config)]
+    errors += _key_errors(config)
+    if isinstance(config.get("base_url"), str):
+        errors += _base_url_errors(config["base_url"])
+    if isinstance(config.get("start_date"), str):
+        errors += _start_date_errors(config["start_date"])
+    return list(dict.fromkeys(errors))
+
+
+def _schema_error(error: Any) -> str:
+    setting = str(error.absolute_path[0]) if error.absolute_path else ""
+    if setting in SECRET_SETTINGS:  # never echo a key: describe the rule instead
+        return f"{setting}: must be {_KEY_RULES[setting]} (value not shown)"
+    if not setting and error.validator == "required":
+        return f"{error.message.split(' ')[0].strip(chr(39))}: required setting is missing"
+    return f"{setting or 'config'}: {error.message}"
+
+
+_KEY_TOKEN = re.compile(r"^[!-~]+$")
+_KEY_RULES = {
+    "api_key": "a non-empty string of visible characters without spaces",
+    "api_keys": f"a list of 1 to {MAX_KEYS} (at most {MAX_KEYS}) distinct non-empty strings",
+}
+
+
+def _key_errors(config: dict[str, Any]) -> list[str]:
+    single, many = config.get("api_key"), config.get("api_keys")
+    errors: list[str] = []
+    if single is None and not many:
+        errors.append("api_key: required unless api_keys is set")
+    if single is not None and not _is_key(single):
+        errors.append(f"api_key: must be {_KEY_RULES['api_key']} (value not shown)")
+    if many is None:
+        return errors
+    if not isinstance(many, list) or not all(_is_key(key) for key in many):
+        return [*errors, f"api_keys: every key must be {_KEY_RULES['api_key']} (values not shown)"]
+    distinct = set(many) | ({single} if _is_key(single) else set())
+    if not many:
+        errors.append("api_keys: must hold at least 1 key")
+    if len(set(many)) != len(many):
+        errors.append("api_keys: the same key is listed twice; keys must be distinct")
+    if len(distinct) > MAX_KEYS:
+        errors.append(
+            f"api_keys: at most {MAX_KEYS} keys (an account holds at most 5, spec 5.3), "
+            f"got {len(distinct)}"
+        )
+    return errors
+
+
+def _is_key(value: Any) -> bool:
+    """A key is one token: visible ASCII, no spaces or line breaks (it goes in a header)."""
+    return isinstance(value, str) and bool(_KEY_TOKEN.match(value))
+
+
+def _base_url_errors(base_url: str) -> list[str]:
+    parts = urlsplit(base_url)
+    errors: list[str] = []
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        return [f"base_url: must be an http(s) URL ending in {BASE_PATH}"]
+    if not parts.path.rstrip("/").endswith(BASE_PATH) or parts.query or parts.fragment:
+        errors.append(f"base_url: must end in {BASE_PATH} (spec 9), got path {parts.path!r}")
+    if parts.scheme != "https" and not _is_loopback(parts.hostname):
+        errors.append("base_url: must use https unless the host is loopback (the key is sent)")
+    return errors
+
+
+def _is_loopback(host: str) -> bool:
+    return host.lower() in LOOPBACK_HOSTS
+
+
+def _start_date_errors(value: str) -> list[str]:
+    if windows.is_bare_date(value):
+        try:
+            day = dt.date.fromisoformat(value)
+        except ValueError:
+            return [f"start_date: {value!r} is not a valid date"]
+        future = day > windows.london_day(dt.datetime.now(windows.UTC))
+    elif windows.is_instant_with_offset(value):
+        try:
+            future = windows.parse_instant(value) > dt.datetime.now(windows.UTC)
+        except ValueError:
+            return [f"start_date: {value!r} is not a valid ISO 8601 instant"]
+    else:
+        return [
+            f"start_date: {value!r} must be YYYY-MM-DD (a London day) or an ISO 8601 instant "
+            "with offset, e.g. 2024-01-31T00:00:00+00:00"
+        ]
+    return [f"start_date: {value!r} is in the future"] if future else []
+
+
+def state_errors(state: Any, streams: Mapping[str, Any]) -> list[str]:
+    """Problems with an input state: not an object, or a bookmark that is not a date/instant."""
+    if not isinstance(state, dict) or not isinstance(state.get("bookmarks", {}), dict):
+        return ["state: must be a JSON object with a 'bookmarks' object"]
+    errors: list[str] = []
+    for name, bookmark in state.get("bookmarks", {}).items():
+        if name not in streams:
+            continue  # a stream this tap no longer has: ignored
+        if not isinstance(bookmark, dict):
+            errors.append(f"state: bookmark of {name} is not an object")
+            continue
+        for entry in [bookmark, *(bookmark.get("partitions") or [])]:
+            if isinstance(entry, dict) and not _readable_bookmark(entry):
+                errors.append(f"state: bookmark of {name} is not a date or instant: {entry}")
+    return errors
+
+
+def _readable_bookmark(entry: dict[str, Any]) -> bool:
+    """replication_key_value (or the members' updated_since) is a date or an instant."""
+    for key in ("replication_key_value", "updated_since"):
+        value = entry.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            return False
+        try:
+            if windows.is_bare_date(value):
+                dt.date.fromisoformat(value)
+            else:
+                windows.parse_instant(value)
+        except ValueError:
+            return False
+    return True

@@ -1,0 +1,140 @@
+"""Core streams (spec 4.1): account, venues, guests and daily statistics."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import requests
+
+from tap_guestdata import windows
+from tap_guestdata.client import GuestDataStream, body_of
+from tap_guestdata.concurrency import ordered_map
+from tap_guestdata.windows import TimeWindow
+
+if TYPE_CHECKING:
+    from singer_sdk.helpers.types import Context
+
+
+class Account(GuestDataStream):
+    """The account behind the key (spec 2.1)."""
+
+    name = "account"
+    path = "/me"
+    primary_keys = ("account_id",)
+    paged = False
+
+
+class Venues(GuestDataStream):
+    """Venues (spec 2.2). Paging of /venues is not shown (spec 4.1): meta is followed if given."""
+
+    name = "venues"
+    path = "/venues"
+    primary_keys = ("id",)
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        return [dict(row) for row in all_venues(self)]
+
+
+def all_venues(stream: GuestDataStream) -> list[dict[str, Any]]:
+    """The account's venues, read once per run and shared with the statistics streams."""
+    venues = stream._tap.streams["venues"]
+    return stream.runtime.lookup("venues", lambda: list(venues.request_records(None)))  # type: ignore[no-any-return]
+
+
+class Guests(GuestDataStream):
+    """Guest sign-ups (spec 2.3), newest first. from/to take London dates only (spec 4.1,
+    4.4.2), so the bookmark's whole London day is read again."""
+
+    name = "guests"
+    path = "/guests"
+    primary_keys = ("id",)
+    replication_key = "visited_at"
+    window = TimeWindow(since="from", until="to", dates=True)
+    newest_first = True
+
+
+class _DailyStatistics(GuestDataStream):
+    """One /stats request per London day (spec 2.4, from = to = that day), run by the worker
+    pool; days from max(first venue day, start_date, bookmark - stats_lookback_days) to today.
+    Late sign-ups change recent days, hence the lookback."""
+
+    path = "/stats"
+    replication_key = "date"
+    paged = False
+    window = TimeWindow(
+        since="from", until="to", dates=True, lookback_setting="stats_lookback_days"
+    )
+
+    def read_records(self, context: Context | None) -> Iterator[dict[str, Any]]:
+        today = windows.london_day(self.sync_started_at)
+        days = windows.days_between(self.first_day(context), today)
+        read_day = partial(self.read_day, context)
+        window = 4 * self.runtime.workers
+        for rows in ordered_map(self.runtime.executor, read_day, days, window):
+            yield from rows
+
+    def read_day(self, context: Context | None, day: dt.date) -> list[dict[str, Any]]:
+        """One day's request (in a worker thread)."""
+        return list(self.request_records({**(context or {}), "day": day.isoformat()}))
+
+    def first_day(self, context: Context | None) -> dt.date:
+        first = self.earliest_day(context)
+        bookmark = self.bookmark(context)
+        if bookmark is not None:
+            return max(first, dt.date.fromisoformat(bookmark) - dt.timedelta(self.lookback_days()))
+        if self.runtime.settings.start_date is not None:
+            return max(first, windows.london_day(self.runtime.settings.start_date))
+        return first
+
+    def earliest_day(self, context: Context | None) -> dt.date:
+        raise NotImplementedError
+
+    def window_params(self, context: Context | None) -> dict[str, Any]:
+        day = (context or {}).get("day")
+        return {self.window.since: day, self.window.until: day} if day and self.window else {}
+
+    def totals(self, response: requests.Response) -> dict[str, Any]:
+        data = body_of(response)["data"]
+        keys = ("visits", "unique_guests", "marketing_opt_ins")
+        return {"date": data["from"], **{key: data[key] for key in keys}}
+
+
+class DailyStats(_DailyStatistics):
+    """Per venue per London day; one state partition (bookmark) per venue."""
+
+    name = "daily_stats"
+    primary_keys = ("venue_id", "date")
+
+    @property
+    def partitions(self) -> list[dict[str, Any]]:
+        return [{"venue_id": venue["id"]} for venue in all_venues(self)]
+
+    def partition_params(self, context: Context | None) -> dict[str, Any]:
+        return {"venue_id": context["venue_id"]} if context else {}
+
+    def earliest_day(self, context: Context | None) -> dt.date:
+        venue_id = (context or {})["venue_id"]
+        created = next(row["created_at"] for row in all_venues(self) if row["id"] == venue_id)
+        return windows.london_day(created)
+
+    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+        venue_id = body_of(response)["meta"]["venue_ids"][0]  # spec 2.4: the venues covered
+        return [{"venue_id": venue_id, **self.totals(response)}]
+
+
+class DailyAccountStats(_DailyStatistics):
+    """All venues together per London day, with the venue ids the totals cover."""
+
+    name = "daily_account_stats"
+    primary_keys = ("date",)
+
+    def earliest_day(self, context: Context | None) -> dt.date:
+        return min(windows.london_day(row["created_at"]) for row in all_venues(self))
+
+    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+        totals = self.totals(response)
+        venue_ids = body_of(response)["meta"]["venue_ids"]
+        return [{"date": totals.pop("date"), "venue_ids": venue_ids, **totals}]

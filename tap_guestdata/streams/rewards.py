@@ -1,0 +1,221 @@
+"""Rewards streams (spec 4.2, path prefix /rewards). Every one is skipped, with one warning,
+when Rewards is off or not in the plan (spec 4.5.2); the member streams also when the key's
+creator lacks the View guest data permission (spec 4.5.4)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import requests
+from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
+
+from tap_guestdata import windows
+from tap_guestdata.client import GuestDataStream, body_of
+from tap_guestdata.http.errors import StreamForbidden
+from tap_guestdata.windows import TimeWindow
+
+if TYPE_CHECKING:
+    from singer_sdk.helpers.types import Context
+
+REWARDS_LOOKBACK_FALLBACK_DAYS = 90  # when offers cannot be read
+MIRROR_PREFIX = "mirror_to_"  # spec 2.6: the flag is named after the partner system
+
+
+class RewardsStream(GuestDataStream):
+    scopes: ClassVar[tuple[str, ...]] = ("rewards",)
+
+
+class Programme(RewardsStream):
+    """The programme (spec 2.6); no row while data is null. Its one answer also gives
+    programme_venues (meta.venues) and tiers, so it is read once per run."""
+
+    name = "programme"
+    path = "/rewards/programme"
+    primary_keys = ("id",)
+    paged = False
+
+    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+        return [body_of(response)]  # the whole envelope: data and meta.venues
+
+    def answer(self) -> dict[str, Any]:
+        return self.runtime.lookup(  # type: ignore[no-any-return]
+            "programme", lambda: next(iter(self.request_records(None)), {})
+        )
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        data = self.answer().get("data")
+        return [dict(data)] if data else []
+
+
+def programme_answer(stream: GuestDataStream) -> dict[str, Any]:
+    programme: Programme = stream._tap.streams["programme"]  # type: ignore[assignment]
+    return programme.answer()
+
+
+class ProgrammeVenues(RewardsStream):
+    """meta.venues of the programme answer. `mirror_to_<partner>` becomes two fixed columns,
+    mirror_partner and mirror_to_partner, so the table's shape never depends on the partner."""
+
+    name = "programme_venues"
+    primary_keys = ("site_id",)
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        meta = programme_answer(self).get("meta") or {}
+        return [fixed_mirror_columns(venue) for venue in meta.get("venues") or []]
+
+
+def fixed_mirror_columns(venue: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    partner: str | None = None
+    flag: bool | None = None
+    for key, value in venue.items():
+        if key.startswith(MIRROR_PREFIX):
+            partner, flag = key[len(MIRROR_PREFIX) :], value
+        else:
+            row[key] = value
+    return {**row, "mirror_partner": partner, "mirror_to_partner": flag}
+
+
+class Tiers(RewardsStream):
+    """The programme's tiers (spec 2.7), each with its programme_id."""
+
+    name = "tiers"
+    primary_keys = ("programme_id", "key")
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        data = programme_answer(self).get("data") or {}
+        return [{**tier, "programme_id": data["id"]} for tier in data.get("tiers") or []]
+
+
+class Offers(RewardsStream):
+    """Offers of every status (spec 2.12): archived ones only come with status=archived
+    (spec 4.2), so there are two listings. Read once per run (the rewards lookback uses it)."""
+
+    name = "offers"
+    path = "/rewards/offers"
+    primary_keys = ("id",)
+
+    def partition_params(self, context: Context | None) -> dict[str, Any]:
+        return {"status": context["status"]} if context else {}
+
+    def all_offers(self) -> list[dict[str, Any]]:
+        def read() -> list[dict[str, Any]]:
+            by_id = {row["id"]: row for row in self.request_records(None)}
+            # an offer archived between the two listings is in both: keep the later answer
+            by_id.update((row["id"], row) for row in self.request_records({"status": "archived"}))
+            return list(by_id.values())
+
+        return self.runtime.lookup("offers", read)  # type: ignore[no-any-return]
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        return self.with_children_prefetched([dict(row) for row in self.all_offers()], context)
+
+    def get_child_context(self, record: dict, context: Context | None) -> dict:
+        return {"offer_id": record["id"]}
+
+
+class OfferStats(RewardsStream):
+    """data.stats of /rewards/offers/{id} (spec 2.12), archived offers included; fetched by
+    the worker pool while offers are written. An offer gone since listing is skipped."""
+
+    name = "offer_stats"
+    path = "/rewards/offers/{offer_id}"
+    primary_keys = ("offer_id",)
+    parent_stream_type = Offers
+    state_partitioning_keys: ClassVar[list[str]] = []  # full table: no state per offer
+    paged = False
+    prefetched_by_parent = True
+    skip_missing_partition = True
+
+    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+        data = body_of(response)["data"]
+        return [{"offer_id": data["id"], **data["stats"]}]
+
+
+class Members(RewardsStream):
+    """Members (spec 2.8). A member has no updated-at field, so the bookmark is this sync's
+    start minus members_margin_seconds, kept as `updated_since` in this stream's state and
+    sent as updated_since next time (members changed on or after it, spec 4.2)."""
+
+    name = "members"
+    path = "/rewards/members"
+    primary_keys = ("id",)
+    scopes = ("rewards", "members")
+    newest_first = True
+    bookmark_key = "updated_since"
+
+    def window_params(self, context: Context | None) -> dict[str, Any]:
+        since = self.stream_state.get(self.bookmark_key)
+        return (
+            {"updated_since": windows.instant_param(windows.parse_instant(since))} if since else {}
+        )
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        yield from super().read_records(context)
+        # every page read, every child synced: the next run reads what changed from here on
+        margin = dt.timedelta(seconds=self.runtime.settings.members_margin_seconds)
+        self.stream_state[self.bookmark_key] = windows.utc_text(self.sync_started_at - margin)
+
+    def get_child_context(self, record: dict, context: Context | None) -> dict:
+        return {"member_id": record["id"]}
+
+    @property
+    def emit_activate_version_messages(self) -> bool:
+        return False  # incremental in fact: a target must never drop members not re-read
+
+
+class MemberLedger(RewardsStream):
+    """Each emitted member's ledger (spec 2.9), fetched by the worker pool. One bookmark for
+    the stream (not one per member); since = that bookmark, until = the sync start."""
+
+    name = "member_ledger"
+    path = "/rewards/members/{member_id}/ledger"
+    primary_keys = ("id",)
+    replication_key = "created_at"
+    scopes = ("rewards", "members")
+    parent_stream_type = Members
+    state_partitioning_keys: ClassVar[list[str]] = []
+    window = TimeWindow(since="since", until="until")
+    newest_first = True
+    prefetched_by_parent = True
+    skip_missing_partition = True
+
+
+class Rewards(RewardsStream):
+    """Issued rewards (spec 2.10). A reward can be redeemed or voided any time before it
+    expires, so the lookback defaults to the longest valid_days_after_issue of any offer."""
+
+    name = "rewards"
+    path = "/rewards/rewards"
+    primary_keys = ("id",)
+    replication_key = "issued_at"
+    window = TimeWindow(since="since", until="until", lookback_setting="rewards_lookback_days")
+    newest_first = True
+
+    def lookback_days(self) -> int:
+        if self.runtime.settings.rewards_lookback_days is not None:
+            return self.runtime.settings.rewards_lookback_days
+        if self.bookmark(None) is None:
+            return 0  # a first run reads everything anyway
+        offers: Offers = self._tap.streams["offers"]  # type: ignore[assignment]
+        try:
+            days = [int(row["valid_days_after_issue"] or 0) for row in offers.all_offers()]
+        except StreamForbidden:
+            raise
+        except (FatalAPIError, RetriableAPIError) as error:
+            self.logger.warning("Offers unreadable (%s): rewards lookback 90 days", error)
+            return REWARDS_LOOKBACK_FALLBACK_DAYS
+        return max(days, default=REWARDS_LOOKBACK_FALLBACK_DAYS)
+
+
+class Redemptions(RewardsStream):
+    """Redemptions (spec 2.11). Voids and restores change old rows, so a lookback re-reads them."""
+
+    name = "redemptions"
+    path = "/rewards/redemptions"
+    primary_keys = ("id",)
+    replication_key = "created_at"
+    window = TimeWindow(since="since", until="until", lookback_setting="redemptions_lookback_days")
+    newest_first = True

@@ -1,0 +1,131 @@
+"""tap-guestdata: the Guest Data Read API as Singer streams.
+
+Settings: `settings.py` (schema, validation). Streams: the list below, declared in
+`streams/core.py` and `streams/rewards.py`. Shared HTTP rules: `client.py` and `http/`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from functools import cached_property
+from typing import IO, Any, ClassVar
+
+from singer_sdk import Stream, Tap
+from singer_sdk.exceptions import ConfigValidationError
+from singer_sdk.helpers.capabilities import CapabilitiesEnum, PluginCapabilities, TapCapabilities
+
+from tap_guestdata import settings as settings_module
+from tap_guestdata.client import GuestDataStream
+from tap_guestdata.runtime import Runtime
+from tap_guestdata.settings import SETTINGS_SCHEMA, Settings, state_errors
+from tap_guestdata.streams import core, rewards
+from tap_guestdata.windows import UTC
+from tap_guestdata.writer import GuestDataWriter
+
+# The SDK syncs streams in name order; what several streams need (venues, offers, the
+# programme answer) is read once per run whichever comes first (Runtime.lookup).
+STREAM_TYPES: list[type[GuestDataStream]] = [
+    core.Account,
+    core.Venues,
+    core.Guests,
+    core.DailyStats,
+    core.DailyAccountStats,
+    rewards.Programme,
+    rewards.ProgrammeVenues,
+    rewards.Tiers,
+    rewards.Offers,
+    rewards.OfferStats,
+    rewards.Members,
+    rewards.MemberLedger,
+    rewards.Rewards,
+    rewards.Redemptions,
+]
+
+
+class TapGuestData(Tap):
+    """Singer tap for the Guest Data Read API."""
+
+    name = "tap-guestdata"
+    config_jsonschema = SETTINGS_SCHEMA
+    message_writer_class = GuestDataWriter
+    capabilities: ClassVar[list[CapabilitiesEnum]] = [
+        TapCapabilities.CATALOG,
+        TapCapabilities.DISCOVER,
+        TapCapabilities.STATE,
+        PluginCapabilities.ABOUT,
+        PluginCapabilities.STREAM_MAPS,
+        PluginCapabilities.FLATTENING,
+        PluginCapabilities.BATCH,
+    ]
+
+    def _validate_config(self, *, raise_errors: bool = True) -> list[str]:
+        """Validate before any request; no message repeats a key (settings.py)."""
+        self.append_builtin_config(self.config_jsonschema)
+        errors = settings_module.validate(dict(self._config), self.config_jsonschema)
+        if errors and raise_errors:
+            raise ConfigValidationError(
+                "Config validation failed: " + "; ".join(errors),
+                errors=errors,
+                schema=self.config_jsonschema,
+            )
+        return errors
+
+    @classmethod
+    def invoke(cls, *, state: IO[str] | None = None, **options: Any) -> None:  # type: ignore[override]
+        """The SDK's, refusing a state file that is not JSON with a message (no traceback)."""
+        if state is not None:
+            text = state.read()
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                message = "state: the state file is not a JSON object; fix it or run without it"
+                raise ConfigValidationError(f"Invalid state: {message}", errors=[message])
+            state = io.StringIO(text)
+        super().invoke(state=state, **options)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Refuse a state the run could not resume from, before any request."""
+        errors = state_errors(state, self.streams)
+        if errors:
+            raise ConfigValidationError("Invalid state: " + "; ".join(errors), errors=errors)
+        super().load_state(state)
+
+    def discover_streams(self) -> list[Stream]:
+        return [stream_type(tap=self) for stream_type in STREAM_TYPES]
+
+    @cached_property
+    def runtime(self) -> Runtime:
+        """The run's shared state, created at the first request (never in discovery)."""
+        started = dt.datetime.fromtimestamp(self.initialized_at / 1000, UTC)
+        return Runtime(
+            Settings.from_config(dict(self.config)), started.replace(microsecond=0), self.logger
+        )
+
+    def sync_all(self) -> None:  # type: ignore[misc]
+        """The SDK's sync, then one summary line per stream (also when the run fails)."""
+        try:
+            super().sync_all()
+        finally:
+            if "runtime" in self.__dict__:
+                self.log_summary()
+                self.__dict__.pop("runtime").close()  # a later sync starts afresh
+
+    def log_summary(self) -> None:
+        for stream in self.streams.values():
+            if not stream.selected or not isinstance(stream, GuestDataStream):
+                continue
+            counters = self.runtime.counters_for(stream.name)
+            reason = self.runtime.gate.reason(stream.scopes)
+            if reason is not None and counters.records == 0:
+                counters.skipped = reason
+                self.logger.warning(counters.line(stream.name))
+            else:
+                self.logger.info(counters.line(stream.name))
+
+
+def main(*args: Any) -> None:  # pragma: no cover - console entry point alias
+    TapGuestData.cli(*args)

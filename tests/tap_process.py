@@ -1,0 +1,132 @@
+"""Run `tap-guestdata` as users do (a process with --config/--state/--catalog) and parse its output.
+
+Shared by the tap, reliability and Airflow suites. Only the standard library is used, so a
+test can run the tap under any interpreter of the project's venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TAP_EXECUTABLE = Path(sys.executable).parent / "tap-guestdata"
+
+
+@dataclass
+class TapRun:
+    """What one tap process printed, parsed: Singer messages on stdout, logs on stderr."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    records: dict[str, list[dict]] = field(default_factory=dict)
+    schemas: dict[str, dict] = field(default_factory=dict)
+    states: list[dict] = field(default_factory=list)
+
+    @property
+    def final_state(self) -> dict | None:
+        return self.states[-1] if self.states else None
+
+    def ids(self, stream: str, key: str = "id") -> list:
+        return [record[key] for record in self.records.get(stream, [])]
+
+    def summary_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if "Stream summary:" in line]
+
+
+def parse_singer(stdout: str, run: TapRun) -> None:
+    for line in stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        message = json.loads(line)
+        kind = message.get("type")
+        if kind == "RECORD":
+            run.records.setdefault(message["stream"], []).append(message["record"])
+        elif kind == "SCHEMA":
+            run.schemas[message["stream"]] = message["schema"]
+        elif kind == "STATE":
+            run.states.append(message["value"])
+
+
+def tap_command(*args: str) -> list[str]:
+    return [str(TAP_EXECUTABLE), *args]
+
+
+def write_json(directory: Path, name: str, value: Any) -> Path:
+    path = directory / name
+    path.write_text(json.dumps(value))
+    return path
+
+
+def run_tap(
+    config: Mapping[str, Any],
+    *,
+    state: Mapping[str, Any] | None = None,
+    catalog: Mapping[str, Any] | None = None,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> TapRun:
+    """Run one sync (or `args`, e.g. ("--discover",)) and return its parsed output."""
+    with tempfile.TemporaryDirectory(prefix="tap-run-") as scratch:
+        directory = Path(scratch)
+        command = tap_command("--config", str(write_json(directory, "config.json", config)))
+        if state is not None:
+            command += ["--state", str(write_json(directory, "state.json", state))]
+        if catalog is not None:
+            command += ["--catalog", str(write_json(directory, "catalog.json", catalog))]
+        command += list(args)
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
+    run = TapRun(result.returncode, result.stdout, result.stderr)
+    parse_singer(result.stdout, run)
+    return run
+
+
+def discover(config: Mapping[str, Any]) -> dict:
+    run = run_tap(config, args=("--discover",))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
+def select_streams(catalog: Mapping[str, Any], streams: Iterable[str]) -> dict:
+    """A copy of a discovered catalog with exactly `streams` selected (all their fields)."""
+    wanted = set(streams)
+    selected = json.loads(json.dumps(catalog))
+    for entry in selected["streams"]:
+        for metadata in entry["metadata"]:
+            if not metadata["breadcrumb"]:
+                metadata["metadata"]["selected"] = entry["tap_stream_id"] in wanted
+    return selected
+
+
+def start_tap(config: Mapping[str, Any], directory: Path, **popen: Any) -> subprocess.Popen:
+    """Start a sync in the background (for kill-and-resume tests); stdout to directory/out."""
+    command = tap_command("--config", str(write_json(directory, "config.json", config)))
+    if (directory / "state.json").exists():
+        command += ["--state", str(directory / "state.json")]
+    return subprocess.Popen(
+        command,
+        stdout=(directory / "out.jsonl").open("w"),
+        stderr=(directory / "err.log").open("w"),
+        **popen,
+    )
+
+
+def kill(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
