@@ -34,9 +34,12 @@ minimum requests (pages of 200, spec 4.3; p(n) = max(1, ceil(n / 200))):
                p(that member's lines); daily_stats 1 per venue-day; daily_account_stats 1 per day
   incremental: guests p(rows on or after the London day of the newest guest already read: /guests
                filters by date); members p(members new or changed); member_ledger sum over those
-               members of p(their new lines); rewards, redemptions p(new rows); daily_stats
-               1 per venue-day from each venue's last day already read; daily_account_stats
-               1 per day from the last day already read"""
+               members of p(their new lines); rewards, redemptions p(rows from the newest
+               down to the oldest row new, changed or (rewards) open at the first sync: a
+               newest-first list reaches a row changed later only by paging down to it, and
+               any open reward may have changed); daily_stats 1 per venue-day
+               from each venue's last day already read; daily_account_stats 1 per day from
+               the last day already read"""
 
 # Which bucket a request path belongs to (paths are logged without the base path).
 ROUTES: list[tuple[re.Pattern[str], str]] = [
@@ -69,6 +72,15 @@ def bucket(entry: Mapping[str, Any]) -> str:
         if pattern.match(path):
             return name
     return f"other {path}"
+
+
+def is_open(reward: Mapping[str, Any]) -> bool:
+    """A reward that can still change: issued, a use left, not read as expired (spec 3)."""
+    return reward["status"] == "issued" and reward["uses_remaining"] > 0
+
+
+def instant(timestamp: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
 
 
 def london_day(timestamp: str) -> dt.date:
@@ -129,10 +141,22 @@ def minimum_incremental(
             row["member_id"] for row in after["member_ledger"] if row["id"] not in old_lines
         )
         minimum["member_ledger"] = sum(pages(new_lines[member]) for member in changed)
-    for name in ("rewards", "redemptions"):
+    for name, cursor in (("rewards", "issued_at"), ("redemptions", "created_at")):
         if name in streams:
-            old_ids = {row["id"] for row in before[name]}
-            minimum[name] = pages(sum(1 for row in after[name] if row["id"] not in old_ids))
+            # A newest-first list (spec 4.2) reaches a changed row only by paging down to it:
+            # the minimum covers every row from the newest to the oldest one that is new, or
+            # changed, or (rewards) could have changed: open at the last read (spec 3).
+            old_rows = {row["id"]: row for row in before[name]}
+            changed_at = [
+                instant(row[cursor]) for row in after[name] if old_rows.get(row["id"]) != row
+            ]
+            if name == "rewards":
+                changed_at += [instant(row[cursor]) for row in before[name] if is_open(row)]
+            oldest = min(changed_at, default=None)
+            reach = (
+                0 if oldest is None else sum(1 for r in after[name] if instant(r[cursor]) >= oldest)
+            )
+            minimum[name] = pages(reach)
     if "daily_stats" in streams:
         last_day = {
             venue: max(row["date"] for row in rows)

@@ -173,6 +173,7 @@ class GuestDataStream(RESTStream[int]):
         finally:  # the key must not outlive the request object (exceptions keep a reference)
             prepared_request.headers["Authorization"] = "Bearer <redacted>"
         lease.release(response)
+        self.runtime.note_server_clock(response)
         if response.status_code == requests.codes.too_many_requests:
             counters.add(rate_limited=1)
         self._write_request_duration_log(
@@ -257,11 +258,13 @@ class GuestDataStream(RESTStream[int]):
         return value  # the wait generator adds its own jitter
 
     def backoff_handler(self, details: Details) -> None:
-        """Count every retry (429s too; they are also counted apart as rate-limited)."""
+        """Count a retry after a failure; a 429 is counted apart, as rate-limited, when it
+        arrives (it waits Retry-After on its key and is no failure)."""
         error = details.get("exception")
+        if isinstance(error, RateLimited):
+            return
         self.runtime.counters_for(self.name).add(retries=1)
-        if not isinstance(error, RateLimited):  # a 429 waits on its key, it is no failure
-            self.logger.warning("Retrying in %.1fs after: %s", details.get("wait", 0), error)
+        self.logger.warning("Retrying in %.1fs after: %s", details.get("wait", 0), error)
 
     # ------------------------------------------------------------------ records
 

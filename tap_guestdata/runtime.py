@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import requests
@@ -91,6 +92,24 @@ class Runtime:
         self._sessions = threading.local()
         self._lookups: dict[str, Any] = {}
         self._lookup_lock = threading.Lock()
+        self.server_clock_at_start: dt.datetime | None = None
+
+    def note_server_clock(self, response: requests.Response) -> None:
+        """Keep the API's clock (Date header) from the run's first answer: the members
+        bookmark is compared with the API's own updated-at, so skew must not move it later."""
+        if self.server_clock_at_start is not None:
+            return
+        try:
+            self.server_clock_at_start = parsedate_to_datetime(response.headers["Date"])
+        except (KeyError, TypeError, ValueError):
+            return
+
+    def members_bookmark(self, margin: dt.timedelta) -> dt.datetime:
+        """The earlier of the tap's and the API's clock at the run's start, minus `margin`."""
+        started = self.sync_started_at
+        if self.server_clock_at_start is not None and self.server_clock_at_start.tzinfo:
+            started = min(started, self.server_clock_at_start)
+        return started - margin
 
     def counters_for(self, stream: str) -> StreamCounters:
         return self.counters.setdefault(stream, StreamCounters())

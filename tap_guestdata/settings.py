@@ -78,15 +78,18 @@ SETTINGS_SCHEMA: dict[str, Any] = th.PropertiesList(
     th.Property(
         "stats_lookback_days",
         th.IntegerType(minimum=0),
-        default=3,
-        description="Days of daily statistics re-read before the bookmark (late sign-ups).",
+        default=0,
+        description="Days of daily statistics re-read before the bookmark's day (which is "
+        "always re-read). Raise it if venues report visits late; the weekly full refresh "
+        "catches opt-ins withdrawn on older days.",
     ),
     th.Property(
         "members_margin_seconds",
         th.IntegerType(minimum=0),
-        default=300,
-        description="Safety margin subtracted from the sync start for the members bookmark "
-        "(sent as updated_since on the next run).",
+        default=60,
+        description="Safety margin subtracted from the sync start (the earlier of the tap's "
+        "clock and the API's Date header, so clock skew is covered) for the members bookmark, "
+        "sent as updated_since on the next run.",
     ),
     th.Property(
         "on_forbidden",
@@ -147,8 +150,8 @@ class Settings:
             rate_limit_window_seconds=float(config.get("rate_limit_window_seconds", 60)),
             rewards_lookback_days=config.get("rewards_lookback_days"),
             redemptions_lookback_days=int(config.get("redemptions_lookback_days", 30)),
-            stats_lookback_days=int(config.get("stats_lookback_days", 3)),
-            members_margin_seconds=int(config.get("members_margin_seconds", 300)),
+            stats_lookback_days=int(config.get("stats_lookback_days", 0)),
+            members_margin_seconds=int(config.get("members_margin_seconds", 60)),
             on_forbidden=str(config.get("on_forbidden", "warn")),
             max_workers=int(config.get("max_workers", 4)),
             request_timeout_seconds=float(config.get("request_timeout_seconds", 30)),
@@ -275,8 +278,8 @@ def state_errors(state: Any, streams: Mapping[str, Any]) -> list[str]:
 
 
 def _readable_bookmark(entry: dict[str, Any]) -> bool:
-    """replication_key_value (or the members' updated_since) is a date or an instant."""
-    for key in ("replication_key_value", "updated_since"):
+    """replication_key_value (and the rewards' oldest open issued_at) is a date or instant."""
+    for key in ("replication_key_value", "updated_since", "oldest_open_issued_at"):
         value = entry.get(key)
         if value is None:
             continue

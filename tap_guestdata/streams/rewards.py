@@ -136,27 +136,42 @@ class OfferStats(RewardsStream):
 
 class Members(RewardsStream):
     """Members (spec 2.8). A member has no updated-at field, so the bookmark is this sync's
-    start minus members_margin_seconds, kept as `updated_since` in this stream's state and
-    sent as updated_since next time (members changed on or after it, spec 4.2)."""
+    start (by the earlier of our clock and the API's) minus members_margin_seconds, sent as
+    updated_since next time (members changed on or after it, spec 4.2). It is kept as
+    {"replication_key": "updated_since", "replication_key_value": ...} in this stream's state,
+    which the SDK leaves alone: for the SDK this stream has no replication key (no record
+    field could serve as one)."""
 
     name = "members"
     path = "/rewards/members"
     primary_keys = ("id",)
     scopes = ("rewards", "members")
     newest_first = True
-    bookmark_key = "updated_since"
+    bookmark_parameter = "updated_since"
 
     def window_params(self, context: Context | None) -> dict[str, Any]:
-        since = self.stream_state.get(self.bookmark_key)
-        return (
-            {"updated_since": windows.instant_param(windows.parse_instant(since))} if since else {}
-        )
+        state = self.stream_state
+        since = state.get("replication_key_value")
+        if state.get("replication_key") != self.bookmark_parameter or not since:
+            return {}
+        if self.ledger_needs_every_member():
+            return {}
+        return {self.bookmark_parameter: windows.instant_param(windows.parse_instant(since))}
+
+    def ledger_needs_every_member(self) -> bool:
+        """A ledger selected for the first time (no bookmark of its own) needs every member,
+        not only those changed since a run that did not read ledgers."""
+        ledger: MemberLedger = self._tap.streams["member_ledger"]  # type: ignore[assignment]
+        return ledger.selected and ledger.bookmark(None) is None
 
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         yield from super().read_records(context)
-        # every page read, every child synced: the next run reads what changed from here on
+        # every page read and every child synced: the next run reads what changed from here on
         margin = dt.timedelta(seconds=self.runtime.settings.members_margin_seconds)
-        self.stream_state[self.bookmark_key] = windows.utc_text(self.sync_started_at - margin)
+        self.stream_state.update(
+            replication_key=self.bookmark_parameter,
+            replication_key_value=windows.utc_text(self.runtime.members_bookmark(margin)),
+        )
 
     def get_child_context(self, record: dict, context: Context | None) -> dict:
         return {"member_id": record["id"]}
@@ -184,8 +199,11 @@ class MemberLedger(RewardsStream):
 
 
 class Rewards(RewardsStream):
-    """Issued rewards (spec 2.10). A reward can be redeemed or voided any time before it
-    expires, so the lookback defaults to the longest valid_days_after_issue of any offer."""
+    """Issued rewards (spec 2.10). Only an open reward (issued, a use left, not expired) can
+    still change (spec 3: redeemed, voided, or read as expired once expires_at passes), so the
+    next run re-reads from the oldest reward open at this read, kept in state beside the
+    bookmark. Without that (state from an older version) the lookback is the longest
+    valid_days_after_issue of any offer. rewards_lookback_days, when set, overrides both."""
 
     name = "rewards"
     path = "/rewards/rewards"
@@ -193,12 +211,38 @@ class Rewards(RewardsStream):
     replication_key = "issued_at"
     window = TimeWindow(since="since", until="until", lookback_setting="rewards_lookback_days")
     newest_first = True
+    oldest_open_key = "oldest_open_issued_at"
+
+    def window_start(self, context: Context | None) -> str | None:
+        start = super().window_start(context)
+        oldest_open = self.stream_state.get(self.oldest_open_key)
+        if start is None or not oldest_open or self.uses_fixed_lookback():
+            return start
+        return min(start, oldest_open, key=windows.parse_boundary)
+
+    def uses_fixed_lookback(self) -> bool:
+        """A lookback in days: set by the user, or the fallback when state has no oldest open."""
+        return self.runtime.settings.rewards_lookback_days is not None or not self.stream_state.get(
+            self.oldest_open_key
+        )
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        oldest_open: str | None = None
+        for row in super().read_records(context):
+            if row.get("status") == "issued" and row.get("uses_remaining"):
+                issued_at = windows.utc_text(row["issued_at"])
+                oldest_open = issued_at if oldest_open is None else min(oldest_open, issued_at)
+            yield row
+        # every page read: none open means nothing older than this run's window can change
+        self.stream_state[self.oldest_open_key] = oldest_open or windows.utc_text(
+            self.sync_started_at
+        )
 
     def lookback_days(self) -> int:
         if self.runtime.settings.rewards_lookback_days is not None:
             return self.runtime.settings.rewards_lookback_days
-        if self.bookmark(None) is None:
-            return 0  # a first run reads everything anyway
+        if self.bookmark(None) is None or not self.uses_fixed_lookback():
+            return 0  # a first run reads everything; else the oldest open reward bounds it
         offers: Offers = self._tap.streams["offers"]  # type: ignore[assignment]
         try:
             days = [int(row["valid_days_after_issue"] or 0) for row in offers.all_offers()]
