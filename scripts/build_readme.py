@@ -28,7 +28,7 @@ def about_markdown() -> str:
     # The SDK's page starts with the tap's name as a top heading; the README has its own.
     lines = [line for line in output.strip().splitlines() if not line.startswith("# ")]
     # Its headings sit one level below ours.
-    return "\n".join("#" * 2 + line if line.startswith("## ") else line for line in lines).strip()
+    return "\n".join("#" + line if line.startswith("## ") else line for line in lines).strip()
 
 
 def build() -> str:

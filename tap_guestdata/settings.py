@@ -66,8 +66,10 @@ SETTINGS_SCHEMA: dict[str, Any] = th.PropertiesList(
     th.Property(
         "rewards_lookback_days",
         th.IntegerType(minimum=0),
-        description="Days of issued rewards re-read before the bookmark (redemption changes old "
-        "rows). Default: the longest valid_days_after_issue among offers (90 if unreadable).",
+        description="A fixed number of days of issued rewards to re-read before the bookmark. "
+        "Unset (recommended): re-read from the oldest reward still open at the last run, since "
+        "only an open reward can be redeemed, voided or expire (spec 3); with state from before "
+        "that rule, the longest valid_days_after_issue among offers.",
     ),
     th.Property(
         "redemptions_lookback_days",

@@ -44,8 +44,8 @@ class TapRun:
 
 def parse_singer(stdout: str, run: TapRun) -> None:
     for line in stdout.splitlines():
-        if not line.startswith("{"):
-            continue
+        if not line.startswith('{"type"'):
+            continue  # not a Singer message (e.g. --about or --discover output)
         message = json.loads(line)
         kind = message.get("type")
         if kind == "RECORD":
