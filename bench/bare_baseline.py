@@ -13,6 +13,7 @@ import json
 import sys
 
 import requests
+
 from harness import LIST_ENDPOINTS, PER_PAGE_MAX
 
 

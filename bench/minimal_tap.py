@@ -16,11 +16,12 @@ from functools import cached_property
 from typing import Any
 
 import requests
-from harness import LIST_ENDPOINTS, PER_PAGE_MAX
 from singer_sdk import RESTStream, Stream, Tap
 from singer_sdk import typing as th
 from singer_sdk.authenticators import BearerTokenAuthenticator
 from singer_sdk.pagination import PageNumberPaginator
+
+from harness import LIST_ENDPOINTS, PER_PAGE_MAX
 
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import yaml
+
 from tap_process import run_tap
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,9 +22,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from dag_testing import HERE, PROJECT_ROOT, airflow_env
 from psycopg import sql
 
+from dag_testing import HERE, PROJECT_ROOT, airflow_env
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 

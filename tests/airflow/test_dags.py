@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from dag_testing import DAGS_FOLDER, inspect_dags
 
 pytestmark = pytest.mark.airflow
