@@ -309,11 +309,23 @@ class GuestDataStream(RESTStream[int]):
 
     def post_process(self, row: dict, context: Context | None = None) -> dict | None:
         key = self._utc_replication_key
-        if key is not None and isinstance(value := row.get(key), str):
-            row[key] = windows.utc_text(value)  # bookmarks compare as strings: all in UTC
+        if key is not None and (value := row.get(key)) is not None:
+            row[key] = self._utc_cursor(row, key, value)  # bookmarks compare as strings: UTC
         if self._records_counter is not None:
             self._records_counter.records += 1
         return row
+
+    def _utc_cursor(self, row: dict, key: str, value: Any) -> str:
+        """The cursor value in UTC; a value that is not an instant stops the run, naming it."""
+        if isinstance(value, str):
+            try:
+                return windows.utc_text(value)
+            except ValueError:
+                pass
+        raise FatalAPIError(
+            f"{self.name}: row id={row.get('id')!r} has {key}={value!r}, not an ISO 8601 "
+            "instant (spec 1); the bookmark cannot be moved past it"
+        )
 
     def _generate_record_messages(self, record: dict) -> Iterator[RecordMessage]:
         """The SDK's, without two passes that change nothing here: removing deselected

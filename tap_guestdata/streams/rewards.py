@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import requests
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
+from singer_sdk.singerlib.catalog import REPLICATION_INCREMENTAL
 
 from tap_guestdata import windows
 from tap_guestdata.client import GuestDataStream, body_of
@@ -176,9 +177,20 @@ class Members(RewardsStream):
     def get_child_context(self, record: dict, context: Context | None) -> dict:
         return {"member_id": record["id"]}
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The catalog says what the stream is: incremental (a target must never drop the
+        # members a run did not re-read), with no replication key a record could carry.
+        self.forced_replication_method = REPLICATION_INCREMENTAL
+
+    def _increment_stream_state(
+        self, latest_record: dict, *, context: Context | None = None
+    ) -> None:
+        """No per-record bookmark: read_records writes the members bookmark once, at the end."""
+
     @property
     def emit_activate_version_messages(self) -> bool:
-        return False  # incremental in fact: a target must never drop members not re-read
+        return False  # as above, whatever replication method a hand-made catalog gives
 
 
 class MemberLedger(RewardsStream):

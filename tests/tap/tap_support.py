@@ -1,0 +1,373 @@
+"""Helpers of the tap behaviour tests: the tap contract as data, truth comparison, log reading.
+
+Written from the spec (`/work/shared/guest-data-api.md`), the sandbox contract (docs/sandbox.md)
+and the lead's tap contract, not from the tap's code.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import subprocess
+import tempfile
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import jsonschema
+
+from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.testing import SandboxProcess
+from tap_process import TapRun, run_tap, tap_command, write_json
+
+LONDON = ZoneInfo("Europe/London")
+OWNER_KEY = OWNER_KEYS[0]
+
+# stream -> primary key (tap contract)
+STREAM_KEYS: dict[str, tuple[str, ...]] = {
+    "account": ("account_id",),
+    "venues": ("id",),
+    "guests": ("id",),
+    "daily_stats": ("venue_id", "date"),
+    "daily_account_stats": ("date",),
+    "programme": ("id",),
+    "programme_venues": ("site_id",),
+    "tiers": ("programme_id", "key"),
+    "members": ("id",),
+    "member_ledger": ("id",),
+    "rewards": ("id",),
+    "redemptions": ("id",),
+    "offers": ("id",),
+    "offer_stats": ("offer_id",),
+}
+ALL_STREAMS = tuple(STREAM_KEYS)
+CORE_STREAMS = ("account", "venues", "guests", "daily_stats", "daily_account_stats")
+REWARDS_STREAMS = tuple(stream for stream in ALL_STREAMS if stream not in CORE_STREAMS)
+MEMBER_STREAMS = ("members", "member_ledger")
+
+# The request paths each stream (or group of streams sharing one endpoint) reads.
+PATH_GROUPS: dict[tuple[str, ...], re.Pattern[str]] = {
+    ("account",): re.compile(r"^/me$"),
+    ("venues",): re.compile(r"^/venues$"),
+    ("guests",): re.compile(r"^/guests$"),
+    ("daily_stats", "daily_account_stats"): re.compile(r"^/stats$"),
+    ("programme", "programme_venues", "tiers"): re.compile(r"^/rewards/programme$"),
+    ("members",): re.compile(r"^/rewards/members$"),
+    ("member_ledger",): re.compile(r"^/rewards/members/\d+/ledger$"),
+    ("rewards",): re.compile(r"^/rewards/rewards$"),
+    ("redemptions",): re.compile(r"^/rewards/redemptions$"),
+    ("offers",): re.compile(r"^/rewards/offers$"),
+    ("offer_stats",): re.compile(r"^/rewards/offers/\d+$"),
+}
+# Paged lists (spec 4.3): every call should ask for the maximum page size.
+PAGED_LIST_PATH = re.compile(
+    r"^/(guests|rewards/members|rewards/members/\d+/ledger|rewards/rewards"
+    r"|rewards/redemptions|rewards/offers)$"
+)
+LEDGER_PATH = re.compile(r"^/rewards/members/(\d+)/ledger$")
+
+SUMMARY_COUNTS = re.compile(
+    r"Stream summary: (?P<stream>\w+): (?P<records>\d+) records, (?P<requests>\d+) requests, "
+    r"(?P<retries>\d+) retries, (?P<limited>\d+) rate-limited \(429\)"
+)
+SUMMARY_SKIPPED = re.compile(r"Stream summary: (?P<stream>\w+): skipped \((?P<reason>.*)\)")
+
+INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?([+-]\d{2}:?\d{2}|Z)$")
+DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+# ------------------------------------------------------------------------------ config
+
+
+# The sandboxes of these tests run with limits off: a budget far above spec 8's 120/minute keeps
+# the suite fast. The rate-limit tests set the real budget.
+FAST = {"requests_per_minute": 100_000}
+
+
+def config_for(server: SandboxProcess, key: str = OWNER_KEY, **overrides: Any) -> dict[str, Any]:
+    """A tap config pointing at `server` with one key and a budget for a sandbox without limits."""
+    config: dict[str, Any] = {"api_key": key, "base_url": server.base_url, **FAST}
+    config.update(overrides)
+    return config
+
+
+def run_cli(config: Mapping[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    """The tap with `args` (e.g. --discover, --about), output left as text. (The shared runner's
+    `run_tap`/`discover` parse stdout as Singer lines, which pretty-printed JSON is not.)"""
+    with tempfile.TemporaryDirectory(prefix="tap-cli-") as scratch:
+        command = tap_command("--config", str(write_json(Path(scratch), "config.json", config)))
+        return subprocess.run(
+            [*command, *args], capture_output=True, text=True, timeout=120, check=False
+        )
+
+
+def discover(config: Mapping[str, Any]) -> dict:
+    result = run_cli(config, "--discover")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+# ------------------------------------------------------------------------------ truth
+
+
+def fixed_mirror_columns(venue: Mapping[str, Any]) -> dict[str, Any]:
+    """`mirror_to_<partner>` as the tap's fixed columns `mirror_partner`, `mirror_to_partner`."""
+    row = {name: value for name, value in venue.items() if not name.startswith("mirror_to_")}
+    flags = [(name, value) for name, value in venue.items() if name.startswith("mirror_to_")]
+    assert len(flags) == 1, f"expected one mirror_to_<partner> field in {venue}"
+    name, value = flags[0]
+    row["mirror_partner"] = name.removeprefix("mirror_to_")
+    row["mirror_to_partner"] = value
+    return row
+
+
+def truth_rows(truth: Mapping[str, Any], stream: str) -> list[dict[str, Any]]:
+    """The rows the tap must emit for `stream`, from a `/_sandbox/truth` answer."""
+    value = truth.get(stream)
+    if value is None:
+        rows: list[dict[str, Any]] = []
+    elif isinstance(value, dict):
+        rows = [value]
+    else:
+        rows = list(value)
+    if stream == "programme_venues":
+        rows = [fixed_mirror_columns(row) for row in rows]
+    return rows
+
+
+def key_of(row: Mapping[str, Any], stream: str) -> tuple:
+    return tuple(
+        json.dumps(row.get(name)) if isinstance(row.get(name), list) else row.get(name)
+        for name in STREAM_KEYS[stream]
+    )
+
+
+def parse_instant(value: Any) -> dt.datetime | None:
+    """An ISO 8601 instant with an offset, else None (dates and naive values are not instants)."""
+    if not isinstance(value, str) or not INSTANT.match(value):
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def same_value(expected: Any, actual: Any) -> bool:
+    """Equal JSON values; instants compare as instants whatever their offset."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(expected) is type(actual) and expected == actual
+    if isinstance(expected, str) and isinstance(actual, str):
+        left, right = parse_instant(expected), parse_instant(actual)
+        if left is not None and right is not None:
+            return left == right
+        return expected == actual
+    if isinstance(expected, int | float) and isinstance(actual, int | float):
+        return abs(expected - actual) <= 1e-9 * max(1.0, abs(expected))
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return expected.keys() == actual.keys() and all(
+            same_value(value, actual[name]) for name, value in expected.items()
+        )
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(expected) == len(actual) and all(
+            same_value(left, right) for left, right in zip(expected, actual, strict=True)
+        )
+    return expected == actual
+
+
+def duplicate_keys(stream: str, records: Iterable[Mapping[str, Any]]) -> list[tuple]:
+    counts = Counter(key_of(record, stream) for record in records)
+    return sorted((key for key, count in counts.items() if count > 1), key=repr)
+
+
+def stream_problems(
+    stream: str,
+    records: Sequence[Mapping[str, Any]],
+    expected: Sequence[Mapping[str, Any]],
+    *,
+    limit: int = 10,
+) -> list[str]:
+    """Everything wrong with `records` against the truth rows: duplicates, missing or unexpected
+    keys, fields missing, extra or different. Empty when they are the same table."""
+    problems: list[str] = []
+    dupes = duplicate_keys(stream, records)
+    if dupes:
+        problems.append(f"{len(dupes)} duplicate keys, e.g. {dupes[:5]}")
+    got = {key_of(record, stream): record for record in records}
+    want = {key_of(row, stream): row for row in expected}
+    missing = sorted(set(want) - set(got), key=repr)
+    unexpected = sorted(set(got) - set(want), key=repr)
+    if missing:
+        problems.append(f"{len(missing)} of {len(want)} truth rows missing, e.g. {missing[:5]}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} rows not in truth, e.g. {unexpected[:5]}")
+    mismatches: list[str] = []
+    for key, row in want.items():
+        record = got.get(key)
+        if record is None:
+            continue
+        if record.keys() != row.keys():
+            mismatches.append(
+                f"{key}: fields missing {sorted(row.keys() - record.keys())}, "
+                f"extra {sorted(record.keys() - row.keys())}"
+            )
+            continue
+        for name, value in row.items():
+            if not same_value(value, record[name]):
+                mismatches.append(f"{key}.{name}: truth {value!r}, tap {record[name]!r}")
+    if mismatches:
+        problems.append(f"{len(mismatches)} value mismatches: " + "; ".join(mismatches[:limit]))
+    return [f"{stream}: {problem}" for problem in problems]
+
+
+def upsert(stream: str, *batches: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """What an upserting target holds after loading `batches` in order (last write wins)."""
+    table: dict[tuple, Mapping[str, Any]] = {}
+    for batch in batches:
+        for record in batch:
+            table[key_of(record, stream)] = record
+    return list(table.values())
+
+
+def schema_errors(schema: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> list[str]:
+    validator_class = jsonschema.validators.validator_for(schema, jsonschema.Draft7Validator)
+    validator = validator_class(schema, format_checker=validator_class.FORMAT_CHECKER)
+    errors = []
+    for record in records:
+        for error in validator.iter_errors(record):
+            path = "/".join(str(part) for part in error.absolute_path)
+            errors.append(f"{path}: {error.message}")
+    return errors
+
+
+# ------------------------------------------------------------------------------ request log
+
+
+def timestamp(value: Any) -> float:
+    if isinstance(value, int | float):
+        return float(value)
+    return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def last_seq(server: SandboxProcess) -> int:
+    log = server.requests_log()
+    return max((entry["seq"] for entry in log), default=0)
+
+
+def raw_params(entry: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The raw (still percent-encoded) values of each query parameter of a logged request."""
+    params: dict[str, list[str]] = {}
+    query = entry.get("query") or ""
+    for part in query.split("&"):
+        if not part:
+            continue
+        name, _, value = part.partition("=")
+        params.setdefault(urllib.parse.unquote_plus(name), []).append(value)
+    return params
+
+
+def param(entry: Mapping[str, Any], name: str) -> str | None:
+    """A decoded query parameter (`+` is not decoded to a space: a raw `+` stays a `+`)."""
+    values = raw_params(entry).get(name)
+    return urllib.parse.unquote(values[-1]) if values else None
+
+
+def paths_of(streams: Sequence[str]) -> list[re.Pattern[str]]:
+    return [pattern for group, pattern in PATH_GROUPS.items() if set(group) & set(streams)]
+
+
+def requests_for(log: Iterable[Mapping[str, Any]], pattern: re.Pattern[str]) -> list[dict]:
+    return [dict(entry) for entry in log if pattern.match(entry["path"])]
+
+
+def max_in_window(times: Sequence[float], window: float) -> int:
+    """The most requests any half-open interval [t, t + window) holds."""
+    ordered = sorted(times)
+    best, start = 0, 0
+    for end, moment in enumerate(ordered):
+        while ordered[start] <= moment - window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+# ------------------------------------------------------------------------------ runs
+
+
+@dataclass
+class Sync:
+    """One tap run against a sandbox, with what the sandbox saw and held around it."""
+
+    run: TapRun
+    log: list[dict[str, Any]]
+    truth: dict[str, Any]
+    started: float
+    finished: float
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def records(self, stream: str) -> list[dict[str, Any]]:
+        return self.run.records.get(stream, [])
+
+    def bookmark(self, stream: str) -> Any:
+        state = self.run.final_state or {}
+        return (state.get("bookmarks", {}).get(stream) or {}).get("replication_key_value")
+
+
+@dataclass
+class IncrementalScenario:
+    """A full sync, then changes of every kind issue #3 names, then a run with the full sync's
+    final state. `changed` holds the ids the mutations touched."""
+
+    full: Sync
+    incremental: Sync
+    changed: dict[str, Any] = field(default_factory=dict)
+
+
+def sync(
+    server: SandboxProcess,
+    config: Mapping[str, Any],
+    *,
+    state: Mapping[str, Any] | None = None,
+    catalog: Mapping[str, Any] | None = None,
+    truth_key: str | None = None,
+    timeout: float = 600,
+) -> Sync:
+    """Run the tap, then read the sandbox's request log of the run and its truth."""
+    after = last_seq(server)
+    started = time.time()
+    run = run_tap(config, state=state, catalog=catalog, timeout=timeout)
+    finished = time.time()
+    log = server.requests_log(after=after)
+    key = truth_key or config.get("api_key") or (config.get("api_keys") or [OWNER_KEY])[0]
+    truth = server.truth(key)
+    return Sync(run, log, truth, started, finished, dict(config))
+
+
+def summaries(run: TapRun) -> dict[str, list[dict[str, Any]]]:
+    """The end-of-run summary lines, by stream (a list, to catch a stream reported twice)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for line in run.summary_lines():
+        counts = SUMMARY_COUNTS.search(line)
+        skipped = SUMMARY_SKIPPED.search(line)
+        if counts:
+            entry: dict[str, Any] = {
+                name: int(value) for name, value in counts.groupdict().items() if name != "stream"
+            }
+            found.setdefault(counts["stream"], []).append(entry)
+        elif skipped:
+            found.setdefault(skipped["stream"], []).append({"skipped": skipped["reason"]})
+        else:
+            found.setdefault("<unparsed>", []).append({"line": line})
+    return found
+
+
+def london_date(moment: float | dt.datetime) -> dt.date:
+    if isinstance(moment, int | float):
+        moment = dt.datetime.fromtimestamp(moment, dt.timezone.utc)
+    return moment.astimezone(LONDON).date()
+
+
+def stderr_tail(run: TapRun, chars: int = 3000) -> str:
+    return run.stderr[-chars:]

@@ -1,0 +1,239 @@
+"""Issue #3, point 4: the errors of spec part 7, each as the tap must meet it."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from tap_support import (
+    CORE_STREAMS,
+    MEMBER_STREAMS,
+    PATH_GROUPS,
+    REWARDS_STREAMS,
+    Sync,
+    config_for,
+    discover,
+    requests_for,
+    stream_problems,
+    summaries,
+    sync,
+    timestamp,
+    truth_rows,
+)
+
+from guestdata_sandbox.testing import SandboxProcess
+from tap_process import select_streams
+
+WARNING_LINE = re.compile(r"\bWARNING\b")
+
+# key -> (streams it may not read, a word the skip must name)
+FORBIDDEN: dict[str, tuple[tuple[str, ...], str]] = {
+    "gd_rewards_off": (REWARDS_STREAMS, "REWARDS_DISABLED"),
+    "gd_no_rewards_plan": (REWARDS_STREAMS, "plan_upgrade_required"),
+    "gd_team_no_guest_data": (MEMBER_STREAMS, "view_guest_data"),
+}
+
+
+def no_path_requested_twice(result: Sync) -> None:
+    counts = Counter((entry["path"], entry["query"]) for entry in result.log)
+    assert counts, "the tap made no request"
+    assert max(counts.values()) == 1, f"retried a request that cannot succeed: {counts}"
+
+
+# ------------------------------------------------------------------------------ fatal keys
+
+
+def test_revoked_key_fails_the_run_saying_what_to_do_without_printing_the_key(
+    sandbox: SandboxProcess,
+) -> None:
+    result = sync(sandbox, config_for(sandbox, "gd_revoked"), truth_key="gd_owner_growth_1")
+    assert result.run.returncode != 0
+    stderr = result.run.stderr
+    assert "401" in stderr or "unauthenticated" in stderr
+    assert re.search(r"revoked|replace|new key|API Keys page", stderr, re.IGNORECASE), stderr[
+        -2000:
+    ]
+    assert "gd_revoked" not in stderr and "gd_revoked" not in result.run.stdout
+    assert not result.run.records
+    no_path_requested_twice(result)
+
+
+def test_session_token_fails_with_customer_api_key_required(sandbox: SandboxProcess) -> None:
+    token = "session_not_an_api_key"
+    result = sync(sandbox, config_for(sandbox, token), truth_key="gd_owner_growth_1")
+    assert result.run.returncode != 0
+    assert "customer_api_key_required" in result.run.stderr
+    assert token not in result.run.stderr and token not in result.run.stdout
+    no_path_requested_twice(result)
+
+
+def test_plan_without_api_fails_naming_the_required_plan(sandbox: SandboxProcess) -> None:
+    result = sync(sandbox, config_for(sandbox, "gd_essentials"), truth_key="gd_owner_growth_1")
+    assert result.run.returncode != 0
+    assert "plan_upgrade_required" in result.run.stderr or "plan" in result.run.stderr.lower()
+    assert "Growth" in result.run.stderr, result.run.stderr[-2000:]
+    assert "gd_essentials" not in result.run.stderr
+    no_path_requested_twice(result)
+
+
+# ------------------------------------------------------------------------------ forbidden streams
+
+
+@pytest.mark.parametrize("key", sorted(FORBIDDEN))
+def test_forbidden_streams_are_skipped_with_one_warning(
+    full_sync_for: Callable[[str], Sync], key: str
+) -> None:
+    result = full_sync_for(key)
+    assert result.run.returncode == 0, result.run.stderr[-3000:]
+    skipped, word = FORBIDDEN[key]
+    for stream in skipped:
+        assert not result.records(stream), f"{stream} emitted records"
+    warnings = [
+        line
+        for line in result.run.stderr.splitlines()
+        if WARNING_LINE.search(line)
+        and word.lower() in line.lower()
+        and "Stream summary" not in line
+    ]
+    assert len(warnings) == 1, warnings or result.run.stderr[-3000:]
+    found = summaries(result.run)
+    for stream in skipped:
+        assert [set(entry) for entry in found.get(stream, [])] == [{"skipped"}], found.get(stream)
+
+
+@pytest.mark.parametrize("key", sorted(FORBIDDEN))
+def test_streams_not_forbidden_still_equal_truth(
+    full_sync_for: Callable[[str], Sync], key: str
+) -> None:
+    result = full_sync_for(key)
+    skipped = FORBIDDEN[key][0]
+    problems: list[str] = []
+    for stream in (*CORE_STREAMS, *REWARDS_STREAMS):
+        if stream in skipped:
+            continue
+        expected = truth_rows(result.truth, stream)
+        if stream in CORE_STREAMS:
+            assert expected, f"truth has no {stream} rows for {key}"
+        problems += stream_problems(stream, result.records(stream), expected)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("key", sorted(FORBIDDEN))
+def test_forbidden_streams_fail_the_run_when_on_forbidden_is_fail(
+    sandbox: SandboxProcess, owner_catalog: dict, key: str
+) -> None:
+    skipped, word = FORBIDDEN[key]
+    catalog = select_streams(owner_catalog, ["account", *skipped])
+    result = sync(sandbox, config_for(sandbox, key, on_forbidden="fail"), catalog=catalog)
+    assert result.run.returncode != 0
+    assert word.lower() in result.run.stderr.lower(), result.run.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------ 422
+
+
+def test_422_fails_the_run_showing_the_errors_object(
+    sandbox: SandboxProcess, owner_catalog: dict
+) -> None:
+    """No setting can reach the API with an invalid parameter (see the next test), and the
+    sandbox has no 422 fault; a STATE whose guests bookmark lies in the future does: the window
+    starts after it ends (from later than to)."""
+    catalog = select_streams(owner_catalog, ["guests"])
+    future = "2999-01-01T00:00:00+00:00"
+    state = {
+        "bookmarks": {"guests": {"replication_key": "visited_at", "replication_key_value": future}}
+    }
+    result = sync(sandbox, config_for(sandbox), state=state, catalog=catalog)
+    assert [entry["status"] for entry in result.log] == [422], "a 422 is not worth retrying"
+    assert result.run.returncode != 0
+    stderr = result.run.stderr
+    assert re.search(r"""["']from["']\s*:\s*\[""", stderr), stderr[-3000:]
+    assert "The from field must be a date before or equal to to." in stderr
+
+
+def test_future_start_date_is_rejected_before_any_request(
+    sandbox: SandboxProcess, owner_catalog: dict
+) -> None:
+    catalog = select_streams(owner_catalog, ["rewards"])
+    config = config_for(sandbox, start_date="2999-01-01T00:00:00+00:00")
+    result = sync(sandbox, config, catalog=catalog)
+    assert result.run.returncode != 0
+    assert result.log == []
+    assert "start_date" in result.run.stderr, result.run.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------ transient faults
+
+
+def venues_catalog(server: SandboxProcess) -> dict:
+    return select_streams(discover(config_for(server)), ["venues"])
+
+
+def test_429_waits_retry_after_then_succeeds(fresh_sandbox: SandboxProcess) -> None:
+    server = fresh_sandbox
+    catalog = venues_catalog(server)
+    server.fault("rate_limit", 2, path="/venues", retry_after=2)
+    result = sync(server, config_for(server), catalog=catalog)
+    assert result.run.returncode == 0, result.run.stderr[-3000:]
+    problems = stream_problems(
+        "venues", result.records("venues"), truth_rows(result.truth, "venues")
+    )
+    assert not problems, problems
+    entries = requests_for(result.log, PATH_GROUPS[("venues",)])
+    assert [entry["status"] for entry in entries] == [429, 429, 200]
+    times = [timestamp(entry["time"]) for entry in entries]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert all(gap >= 2 - 0.05 for gap in gaps), gaps
+    # The summary partitions requests: first tries + retries (errors) + rate-limited (429).
+    assert summaries(result.run)["venues"] == [
+        {"records": len(result.records("venues")), "requests": 3, "retries": 0, "limited": 2}
+    ]
+
+
+@pytest.mark.parametrize("kind", ["server_error", "bad_gateway_html", "drop", "truncated"])
+def test_transient_failure_is_retried_then_succeeds(
+    fresh_sandbox: SandboxProcess, kind: str
+) -> None:
+    server = fresh_sandbox
+    catalog = select_streams(discover(config_for(server)), ["offers"])
+    server.fault(kind, 2, path="/rewards/offers")
+    result = sync(server, config_for(server), catalog=catalog)
+    assert result.run.returncode == 0, result.run.stderr[-3000:]
+    problems = stream_problems(
+        "offers", result.records("offers"), truth_rows(result.truth, "offers")
+    )
+    assert not problems, problems
+    entries = requests_for(result.log, PATH_GROUPS[("offers",)])
+    expected_status = {"server_error": 500, "bad_gateway_html": 502, "drop": 0, "truncated": 200}
+    assert [entry["status"] for entry in entries[:2]] == [expected_status[kind]] * 2
+    (summary,) = summaries(result.run)["offers"]
+    assert summary["retries"] == 2 and summary["limited"] == 0, summary
+    assert summary["requests"] == len(entries), summary
+
+
+def test_slow_answer_times_out_and_is_retried(fresh_sandbox: SandboxProcess) -> None:
+    server = fresh_sandbox
+    catalog = venues_catalog(server)
+    server.fault("slow", 1, path="/venues", seconds=6)
+    result = sync(server, config_for(server, request_timeout_seconds=1), catalog=catalog)
+    assert result.run.returncode == 0, result.run.stderr[-3000:]
+    assert not stream_problems(
+        "venues", result.records("venues"), truth_rows(result.truth, "venues")
+    )
+    assert len(requests_for(result.log, PATH_GROUPS[("venues",)])) >= 1
+    assert result.finished - result.started < 6 + 5, "waited for the slow answer"
+    (summary,) = summaries(result.run)["venues"]
+    assert summary["retries"] >= 1, summary
+
+
+def test_persistent_5xx_fails_after_max_retries(fresh_sandbox: SandboxProcess) -> None:
+    server = fresh_sandbox
+    catalog = venues_catalog(server)
+    server.fault("server_error", 50, path="/venues")
+    result = sync(server, config_for(server, max_retries=2), catalog=catalog)
+    assert result.run.returncode != 0
+    entries = requests_for(result.log, PATH_GROUPS[("venues",)])
+    assert [entry["status"] for entry in entries] == [500] * 3, "1 try + max_retries=2 retries"
