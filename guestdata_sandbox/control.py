@@ -13,7 +13,15 @@ from guestdata_sandbox.accounts import KEYS
 if TYPE_CHECKING:
     from guestdata_sandbox.server import Handler
 
-FAULT_KINDS = ("rate_limit", "server_error", "bad_gateway_html", "slow", "drop", "truncated")
+FAULT_KINDS = (
+    "rate_limit",
+    "server_error",
+    "bad_gateway_html",
+    "slow",
+    "drop",
+    "truncated",
+    "not_found",
+)
 
 
 def is_loopback(address: str) -> bool:

@@ -31,6 +31,7 @@ BAD_GATEWAY_PAGE = (
     b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n"
     b"</body>\r\n</html>\r\n"
 )
+NOT_FOUND_REWARD = b'{"message":"Not found.","error":"REWARD_NOT_FOUND"}'  # spec 7
 
 
 @dataclass
@@ -210,6 +211,10 @@ class Handler(BaseHTTPRequestHandler):
         elif fault.kind == "bad_gateway_html":
             record(502)
             self.reply(502, BAD_GATEWAY_PAGE, content_type="text/html")
+        elif fault.kind == "not_found":  # the record vanished between two reads (spec 4.5.8-9)
+            record(404)
+            coded = path.startswith("/rewards")
+            self.reply(404, NOT_FOUND_REWARD if coded else b'{"message":"Not found."}', headers)
         elif fault.kind == "drop":
             record(0)
             self.close_connection = True

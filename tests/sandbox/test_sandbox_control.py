@@ -274,3 +274,14 @@ def test_reset_regenerates_and_clears(fresh_sandbox: SandboxProcess) -> None:
 def test_control_surface_answers_loopback_only() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1")
     assert not is_loopback("10.0.0.5") and not is_loopback("192.168.1.2")
+
+
+def test_not_found_fault_answers_as_for_a_vanished_record(fresh_sandbox: SandboxProcess) -> None:
+    get = client(fresh_sandbox)
+    fresh_sandbox.fault("not_found", 2)
+    rewards_answer, core_answer = get("/rewards/offers/1"), get("/guests")
+    # spec 7: REWARD_NOT_FOUND (upper case) under /rewards, a message only on core endpoints
+    assert rewards_answer.status_code == core_answer.status_code == 404
+    assert rewards_answer.json()["error"] == "REWARD_NOT_FOUND"
+    assert "error" not in core_answer.json() and core_answer.json()["message"]
+    assert get("/guests").status_code == 200

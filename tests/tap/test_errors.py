@@ -237,3 +237,35 @@ def test_persistent_5xx_fails_after_max_retries(fresh_sandbox: SandboxProcess) -
     assert result.run.returncode != 0
     entries = requests_for(result.log, PATH_GROUPS[("venues",)])
     assert [entry["status"] for entry in entries] == [500] * 3, "1 try + max_retries=2 retries"
+
+
+# ------------------------------------------------------------------------------ vanished parents
+
+
+@pytest.mark.parametrize(
+    ("parent", "child", "child_path", "parent_key"),
+    [
+        ("members", "member_ledger", "/rewards/members/{id}/ledger", "member_id"),
+        ("offers", "offer_stats", "/rewards/offers/{id}", "offer_id"),
+    ],
+)
+def test_child_of_a_vanished_parent_is_skipped_with_a_warning(
+    fresh_sandbox: SandboxProcess, parent: str, child: str, child_path: str, parent_key: str
+) -> None:
+    """spec 4.5.8: REWARD_NOT_FOUND for a record gone since its parent was listed."""
+    server = fresh_sandbox
+    gone = next(
+        row["id"]
+        for row in truth_rows(server.truth("gd_owner_growth_1"), parent)
+        if any(line[parent_key] == row["id"] for line in server.truth("gd_owner_growth_1")[child])
+    )
+    server.fault("not_found", 1, path=child_path.format(id=gone))
+    catalog = select_streams(discover(config_for(server)), [parent, child])
+    result = sync(server, config_for(server), catalog=catalog)
+
+    assert result.run.returncode == 0, result.run.stderr[-3000:]
+    warnings = [line for line in result.run.stderr.splitlines() if WARNING_LINE.search(line)]
+    assert any("REWARD_NOT_FOUND" in line and str(gone) in line for line in warnings), warnings
+    expected = [row for row in truth_rows(result.truth, child) if row[parent_key] != gone]
+    assert not stream_problems(child, result.records(child), expected)
+    assert not stream_problems(parent, result.records(parent), truth_rows(result.truth, parent))
