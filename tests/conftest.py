@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,8 @@ from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 
 OWNER_KEY = OWNER_KEYS[0]
+# scripts/ is not a package: its demo's checks (STREAM_KEYS, truth tables) serve the tests too.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 
 @pytest.fixture(scope="session")

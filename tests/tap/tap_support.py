@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo
 
 import jsonschema
 
+from demo_pipeline import STREAM_KEYS, truth_tables  # stream -> primary key (tap contract)
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from tap_process import TapRun, run_tap, tap_command, write_json
@@ -29,23 +30,6 @@ from tap_process import TapRun, run_tap, tap_command, write_json
 LONDON = ZoneInfo("Europe/London")
 OWNER_KEY = OWNER_KEYS[0]
 
-# stream -> primary key (tap contract)
-STREAM_KEYS: dict[str, tuple[str, ...]] = {
-    "account": ("account_id",),
-    "venues": ("id",),
-    "guests": ("id",),
-    "daily_stats": ("venue_id", "date"),
-    "daily_account_stats": ("date",),
-    "programme": ("id",),
-    "programme_venues": ("site_id",),
-    "tiers": ("programme_id", "key"),
-    "members": ("id",),
-    "member_ledger": ("id",),
-    "rewards": ("id",),
-    "redemptions": ("id",),
-    "offers": ("id",),
-    "offer_stats": ("offer_id",),
-}
 ALL_STREAMS = tuple(STREAM_KEYS)
 CORE_STREAMS = ("account", "venues", "guests", "daily_stats", "daily_account_stats")
 REWARDS_STREAMS = tuple(stream for stream in ALL_STREAMS if stream not in CORE_STREAMS)
@@ -116,29 +100,10 @@ def discover(config: Mapping[str, Any]) -> dict:
 # ------------------------------------------------------------------------------ truth
 
 
-def fixed_mirror_columns(venue: Mapping[str, Any]) -> dict[str, Any]:
-    """`mirror_to_<partner>` as the tap's fixed columns `mirror_partner`, `mirror_to_partner`."""
-    row = {name: value for name, value in venue.items() if not name.startswith("mirror_to_")}
-    flags = [(name, value) for name, value in venue.items() if name.startswith("mirror_to_")]
-    assert len(flags) == 1, f"expected one mirror_to_<partner> field in {venue}"
-    name, value = flags[0]
-    row["mirror_partner"] = name.removeprefix("mirror_to_")
-    row["mirror_to_partner"] = value
-    return row
-
-
 def truth_rows(truth: Mapping[str, Any], stream: str) -> list[dict[str, Any]]:
-    """The rows the tap must emit for `stream`, from a `/_sandbox/truth` answer."""
-    value = truth.get(stream)
-    if value is None:
-        rows: list[dict[str, Any]] = []
-    elif isinstance(value, dict):
-        rows = [value]
-    else:
-        rows = list(value)
-    if stream == "programme_venues":
-        rows = [fixed_mirror_columns(row) for row in rows]
-    return rows
+    """The rows the tap must emit for `stream`, from a `/_sandbox/truth` answer (the demo's
+    reading of it: single objects as one row, `mirror_to_<partner>` as fixed columns)."""
+    return truth_tables({stream: truth.get(stream)})[stream]
 
 
 def key_of(row: Mapping[str, Any], stream: str) -> tuple:
