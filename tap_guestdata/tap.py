@@ -9,11 +9,12 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import logging
 from functools import cached_property
 from typing import IO, Any, ClassVar
 
 from singer_sdk import Stream, Tap
-from singer_sdk.exceptions import ConfigValidationError
+from singer_sdk.exceptions import ConfigValidationError, FatalAPIError, RetriableAPIError
 from singer_sdk.helpers.capabilities import CapabilitiesEnum, PluginCapabilities, TapCapabilities
 
 from tap_guestdata import settings as settings_module
@@ -74,7 +75,8 @@ class TapGuestData(Tap):
 
     @classmethod
     def invoke(cls, *, state: IO[str] | None = None, **options: Any) -> None:  # type: ignore[override]
-        """The SDK's, refusing a state file that is not JSON with a message (no traceback)."""
+        """The SDK's, refusing a state file that is not JSON with a message, and ending a run
+        the API stopped (spec 7) with its one-line message rather than a traceback."""
         if state is not None:
             text = state.read()
             try:
@@ -85,7 +87,14 @@ class TapGuestData(Tap):
                 message = "state: the state file is not a JSON object; fix it or run without it"
                 raise ConfigValidationError(f"Invalid state: {message}", errors=[message])
             state = io.StringIO(text)
-        super().invoke(state=state, **options)
+        try:
+            super().invoke(state=state, **options)
+        except (FatalAPIError, RetriableAPIError) as error:
+            # Our messages name the request, the cause and what to do; the stack adds nothing.
+            logger = logging.getLogger(cls.name)
+            logger.debug("Traceback of the failure:", exc_info=True)
+            logger.error("Sync failed: %s", error)
+            raise SystemExit(1) from None
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Refuse a state the run could not resume from, before any request."""

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+from guestdata_sandbox.testing import SandboxProcess
 from tap_support import (
     OWNER_KEY,
     IncrementalScenario,
@@ -17,8 +19,6 @@ from tap_support import (
     parse_instant,
     sync,
 )
-
-from guestdata_sandbox.testing import SandboxProcess
 
 INCREMENTAL_SEED = 11
 

@@ -7,10 +7,10 @@ import re
 import socket
 
 import pytest
-from tap_support import ALL_STREAMS, OWNER_KEY, STREAM_KEYS, discover, run_cli
 
 from guestdata_sandbox.accounts import OWNER_KEYS
 from tap_process import run_tap
+from tap_support import ALL_STREAMS, OWNER_KEY, STREAM_KEYS, discover, run_cli
 
 SETTINGS = (
     "api_key",

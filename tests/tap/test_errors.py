@@ -8,6 +8,9 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+
+from guestdata_sandbox.testing import SandboxProcess
+from tap_process import select_streams
 from tap_support import (
     CORE_STREAMS,
     MEMBER_STREAMS,
@@ -23,9 +26,6 @@ from tap_support import (
     timestamp,
     truth_rows,
 )
-
-from guestdata_sandbox.testing import SandboxProcess
-from tap_process import select_streams
 
 WARNING_LINE = re.compile(r"\bWARNING\b")
 

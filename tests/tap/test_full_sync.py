@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+
 from tap_support import (
     ALL_STREAMS,
     PAGED_LIST_PATH,

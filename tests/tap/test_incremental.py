@@ -6,6 +6,7 @@ import datetime as dt
 import json
 
 import pytest
+
 from tap_support import (
     ALL_STREAMS,
     LEDGER_PATH,

@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
+
+from guestdata_sandbox.testing import SandboxProcess
+from tap_process import select_streams
 from tap_support import (
     OWNER_KEY,
     Sync,
@@ -15,9 +18,6 @@ from tap_support import (
     sync,
     truth_rows,
 )
-
-from guestdata_sandbox.testing import SandboxProcess
-from tap_process import select_streams
 
 OTHER_ACCOUNT_KEYS = ("gd_limited_access",)  # account 1005, with a programme of its own
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.testing import SandboxProcess
+from tap_process import select_streams
 from tap_support import (
     MEMBER_STREAMS,
     Sync,
@@ -15,10 +18,6 @@ from tap_support import (
     timestamp,
     truth_rows,
 )
-
-from guestdata_sandbox.accounts import OWNER_KEYS
-from guestdata_sandbox.testing import SandboxProcess
-from tap_process import select_streams
 
 TIME_SCALE = 0.05  # the sandbox's minute lasts 3 s
 WINDOW_SECONDS = 60 * TIME_SCALE

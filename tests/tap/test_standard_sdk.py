@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 from singer_sdk.testing import SuiteConfig, get_tap_test_class
-from tap_support import FAST, OWNER_KEY
 
 from guestdata_sandbox.testing import SandboxProcess
 from tap_guestdata.tap import TapGuestData
+from tap_support import FAST, OWNER_KEY
 
 # Replaced by the session sandbox's URL before the first sync; discovery works offline.
 CONFIG: dict = {

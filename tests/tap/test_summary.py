@@ -4,6 +4,7 @@ the sandbox's request log."""
 from __future__ import annotations
 
 import pytest
+
 from tap_support import ALL_STREAMS, PATH_GROUPS, Sync, param, requests_for, summaries
 
 

@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+
+from guestdata_sandbox.testing import SandboxProcess
+from tap_process import select_streams
 from tap_support import (
     DATE,
     LONDON,
@@ -28,9 +31,6 @@ from tap_support import (
     timestamp,
     truth_rows,
 )
-
-from guestdata_sandbox.testing import SandboxProcess
-from tap_process import select_streams
 
 WINDOW_PARAMS = ("since", "until", "updated_since")
 # Streams read with an instant window (spec 4.4), and the field the window applies to.

@@ -1,0 +1,470 @@
+"""Helpers of the reliability suite: tap runs that are checked for leaked keys, ground-truth
+comparison, Singer output of killed processes, and small recording HTTP servers.
+
+Every tap output of a reliability test goes through `run`, `discover_streams` or `collect`, which
+register stdout and stderr with `LEAK_WATCH`; the autouse fixture in conftest.py fails the test
+if any API key (every key the sandbox knows, plus any a test registers) appears in any of them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from guestdata_sandbox.accounts import KEYS, OWNER_KEYS
+from guestdata_sandbox.testing import SandboxProcess
+from tap_process import TapRun, parse_singer, run_tap, select_streams, tap_command, write_json
+
+OWNER_KEY = OWNER_KEYS[0]
+
+# Stream -> primary key (the lead's contract).
+PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
+    "account": ("account_id",),
+    "venues": ("id",),
+    "guests": ("id",),
+    "daily_stats": ("venue_id", "date"),
+    "daily_account_stats": ("date",),
+    "programme": ("id",),
+    "programme_venues": ("site_id",),
+    "tiers": ("programme_id", "key"),
+    "members": ("id",),
+    "member_ledger": ("id",),
+    "rewards": ("id",),
+    "redemptions": ("id",),
+    "offers": ("id",),
+    "offer_stats": ("offer_id",),
+}
+REWARDS_STREAMS = (
+    "programme",
+    "programme_venues",
+    "tiers",
+    "members",
+    "member_ledger",
+    "rewards",
+    "redemptions",
+    "offers",
+    "offer_stats",
+)
+MEMBER_STREAMS = ("members", "member_ledger")
+
+# Quick settings for tests: no client-side throttling, short timeouts, a small retry budget.
+FAST: dict[str, Any] = {"requests_per_minute": 100000, "request_timeout_seconds": 5}
+
+
+def tap_config(server: SandboxProcess, key: str = OWNER_KEY, **overrides: Any) -> dict:
+    """A tap config pointing at `server` with `key`, without client-side throttling."""
+    config: dict[str, Any] = {"api_key": key, "base_url": server.base_url, **FAST}
+    config.update(overrides)
+    return config
+
+
+# ------------------------------------------------------------------ leaked keys
+
+
+@dataclass
+class LeakWatch:
+    """Texts a test produced (tap output, logs, exceptions) and the secrets that must not be in
+    any of them. Reset before each test, checked after it (conftest.py)."""
+
+    secrets: set[str] = field(default_factory=set)
+    texts: list[tuple[str, str]] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.secrets = {key for key in KEYS if len(key) >= 8}
+        self.texts = []
+
+    def watch(self, *secrets: str) -> None:
+        self.secrets.update(secret for secret in secrets if secret and secret.strip())
+
+    def add(self, where: str, text: str) -> None:
+        self.texts.append((where, text))
+
+    def leaks(self) -> list[str]:
+        return [
+            f"{secret!r} in {where}"
+            for where, text in self.texts
+            for secret in sorted(self.secrets)
+            if secret in text
+        ]
+
+    def assert_clean(self) -> None:
+        found = self.leaks()
+        assert not found, "secret leaked: " + "; ".join(found[:10])
+
+
+LEAK_WATCH = LeakWatch()
+
+
+def _watch_config(config: Mapping[str, Any]) -> None:
+    key = config.get("api_key")
+    if isinstance(key, str):
+        LEAK_WATCH.watch(key)
+    keys = config.get("api_keys")
+    if isinstance(keys, list):
+        LEAK_WATCH.watch(*(k for k in keys if isinstance(k, str)))
+
+
+def _register(label: str, run: TapRun) -> TapRun:
+    LEAK_WATCH.add(f"{label} stdout", run.stdout)
+    LEAK_WATCH.add(f"{label} stderr", run.stderr)
+    return run
+
+
+def run(
+    config: Mapping[str, Any],
+    *,
+    streams: Sequence[str] | None = None,
+    catalog: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180,
+) -> TapRun:
+    """One sync (of `streams`, selected from a fresh discovery, when given)."""
+    _watch_config(config)
+    if streams is not None:
+        catalog = select_streams(discover_streams(config), streams)
+    result = run_tap(config, state=state, catalog=catalog, env=env, timeout=timeout)
+    return _register("sync", result)
+
+
+_CATALOGS: dict[str, dict] = {}
+
+
+def discover_streams(config: Mapping[str, Any]) -> dict:
+    """The discovered catalog (cached: discovery makes no request and depends on no setting
+    that the tests vary, so one discovery per session is enough)."""
+    _watch_config(config)
+    if "catalog" not in _CATALOGS:
+        # Not `tap_process.discover`: its runner parses stdout as Singer lines, and the catalog
+        # is pretty-printed JSON.
+        with tempfile.TemporaryDirectory(prefix="tap-discover-") as scratch:
+            command = tap_command(
+                "--config", str(write_json(Path(scratch), "config.json", config)), "--discover"
+            )
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=120, check=False
+            )
+        _register("discover", TapRun(result.returncode, result.stdout, result.stderr))
+        assert result.returncode == 0, result.stderr[-3000:]
+        _CATALOGS["catalog"] = json.loads(result.stdout)
+    return json.loads(json.dumps(_CATALOGS["catalog"]))
+
+
+def catalog_for(config: Mapping[str, Any], streams: Iterable[str]) -> dict:
+    return select_streams(discover_streams(config), streams)
+
+
+def run_raw(
+    config_text: str,
+    *,
+    state_text: str | None = None,
+    catalog: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+) -> TapRun:
+    """A sync whose config and state files hold exactly the given text (corrupt files)."""
+    with tempfile.TemporaryDirectory(prefix="tap-raw-") as scratch:
+        directory = Path(scratch)
+        (directory / "config.json").write_text(config_text)
+        command = tap_command("--config", str(directory / "config.json"))
+        if state_text is not None:
+            (directory / "state.json").write_text(state_text)
+            command += ["--state", str(directory / "state.json")]
+        if catalog is not None:
+            command += ["--catalog", str(write_json(directory, "catalog.json", catalog))]
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
+    tap_run = TapRun(result.returncode, result.stdout, result.stderr)
+    parse_singer(result.stdout, tap_run)
+    return _register("raw", tap_run)
+
+
+# ------------------------------------------------------------------ background runs and kills
+
+
+def parse_partial(stdout: str) -> TapRun:
+    """Singer output of a killed process: a cut last line is ignored."""
+    tap_run = TapRun(-9, stdout, "")
+    lines = stdout.splitlines(keepends=True)
+    complete = [line for line in lines if line.endswith("\n")]
+    parse_singer("".join(complete), tap_run)
+    return tap_run
+
+
+def collect(directory: Path, returncode: int) -> TapRun:
+    """The parsed output of a background run started with `tap_process.start_tap`."""
+    stdout = (directory / "out.jsonl").read_text()
+    stderr = (directory / "err.log").read_text()
+    tap_run = parse_partial(stdout)
+    tap_run.returncode = returncode
+    tap_run.stderr = stderr
+    return _register(f"background run in {directory.name}", tap_run)
+
+
+def start(
+    config: Mapping[str, Any],
+    directory: Path,
+    *,
+    catalog: Mapping[str, Any],
+    state: Mapping[str, Any] | None = None,
+) -> subprocess.Popen:
+    """A sync in the background (`tap_process.start_tap` plus a catalog); output in directory."""
+    _watch_config(config)
+    directory.mkdir(parents=True, exist_ok=True)
+    command = tap_command(
+        "--config",
+        str(write_json(directory, "config.json", config)),
+        "--catalog",
+        str(write_json(directory, "catalog.json", catalog)),
+    )
+    if state is not None:
+        command += ["--state", str(write_json(directory, "state.json", state))]
+    return subprocess.Popen(
+        command,
+        stdout=(directory / "out.jsonl").open("w"),
+        stderr=(directory / "err.log").open("w"),
+    )
+
+
+def count_lines(path: Path, marker: str) -> int:
+    try:
+        with path.open() as handle:
+            return sum(1 for line in handle if marker in line)
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+# ------------------------------------------------------------------ ground truth
+
+
+def truth_rows(server: SandboxProcess, key: str, stream: str) -> list[dict]:
+    """The sandbox's truth for one stream as the rows the tap promises."""
+    value = server.truth(key, stream)
+    if value is None:
+        return []
+    rows = [value] if isinstance(value, dict) else list(value)
+    if stream == "programme_venues":
+        rows = [mirror_columns(row) for row in rows]
+    return rows
+
+
+def mirror_columns(venue: Mapping[str, Any]) -> dict[str, Any]:
+    """`mirror_to_<partner>` arrives as `mirror_partner` + `mirror_to_partner`."""
+    row = {name: value for name, value in venue.items() if not name.startswith("mirror_to_")}
+    flags = [(name, value) for name, value in venue.items() if name.startswith("mirror_to_")]
+    partner, flag = flags[0] if flags else ("mirror_to_", None)
+    row["mirror_partner"] = partner.removeprefix("mirror_to_") or None
+    row["mirror_to_partner"] = flag
+    return row
+
+
+def key_of(stream: str, row: Mapping[str, Any]) -> tuple:
+    return tuple(row.get(name) for name in PRIMARY_KEYS[stream])
+
+
+def _instant(value: str) -> dt.datetime | None:
+    if len(value) < 20 or value[10] != "T":
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def same_json(expected: Any, actual: Any) -> bool:
+    """Equal JSON values; instants may be rendered differently if they are the same moment."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(expected) is type(actual) and expected == actual
+    if isinstance(expected, str) and isinstance(actual, str):
+        if expected == actual:
+            return True
+        left, right = _instant(expected), _instant(actual)
+        return left is not None and right is not None and left == right
+    if isinstance(expected, int | float) and isinstance(actual, int | float):
+        return math.isclose(expected, actual, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return expected.keys() == actual.keys() and all(
+            same_json(value, actual[name]) for name, value in expected.items()
+        )
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(expected) == len(actual) and all(
+            same_json(a, b) for a, b in zip(expected, actual, strict=True)
+        )
+    return expected == actual
+
+
+def row_differences(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[str]:
+    problems = [
+        f"{name}: {expected[name]!r} != {actual.get(name, '<missing>')!r}"
+        for name in expected
+        if name not in actual or not same_json(expected[name], actual[name])
+    ]
+    problems += [f"{name}: unexpected field" for name in actual if name not in expected]
+    return problems
+
+
+def by_key(stream: str, rows: Iterable[Mapping[str, Any]]) -> dict[tuple, list[Mapping]]:
+    grouped: dict[tuple, list[Mapping]] = {}
+    for row in rows:
+        grouped.setdefault(key_of(stream, row), []).append(row)
+    return grouped
+
+
+def assert_records_match(
+    stream: str,
+    records: Sequence[Mapping[str, Any]],
+    truth: Sequence[Mapping[str, Any]],
+    *,
+    allow_duplicates: bool = False,
+    allow_extra_keys: Iterable[tuple] = (),
+    allow_stale: bool = False,
+) -> None:
+    """Records of one stream equal the truth: same primary keys, equal values.
+
+    `allow_duplicates`: a key may come more than once (resumed runs), every copy equal.
+    `allow_extra_keys`: keys that may be emitted though not in `truth` (rows added later).
+    `allow_stale`: for a duplicated key, only the last copy must equal the truth (rows changed
+    between runs; an upserting target keeps the last)."""
+    emitted = by_key(stream, records)
+    expected = {key_of(stream, row): row for row in truth}
+    missing = sorted(set(expected) - set(emitted), key=repr)
+    extra = sorted(set(emitted) - set(expected) - set(allow_extra_keys), key=repr)
+    assert not missing, f"{stream}: {len(missing)} rows lost, e.g. {missing[:5]}"
+    assert not extra, f"{stream}: {len(extra)} rows not in the truth, e.g. {extra[:5]}"
+    duplicated = {key: rows for key, rows in emitted.items() if len(rows) > 1}
+    assert allow_duplicates or not duplicated, (
+        f"{stream}: {len(duplicated)} keys emitted more than once, e.g. {list(duplicated)[:5]}"
+    )
+    for key, row in expected.items():
+        copies = emitted[key][-1:] if allow_stale else emitted[key]
+        for copy in copies:
+            problems = row_differences(row, copy)
+            assert not problems, f"{stream} {key}: {problems[:5]}"
+
+
+def union_records(runs: Iterable[TapRun]) -> dict[str, list[dict]]:
+    merged: dict[str, list[dict]] = {}
+    for tap_run in runs:
+        for stream, records in tap_run.records.items():
+            merged.setdefault(stream, []).extend(records)
+    return merged
+
+
+# ------------------------------------------------------------------ request log
+
+
+def api_requests(server: SandboxProcess, after: int = 0) -> list[dict]:
+    return server.requests_log(after=after)
+
+
+def last_seq(server: SandboxProcess) -> int:
+    log = server.requests_log()
+    return max((entry["seq"] for entry in log), default=0)
+
+
+def assert_no_traceback(tap_run: TapRun) -> None:
+    assert "Traceback" not in tap_run.stderr, tap_run.stderr[-3000:]
+
+
+def assert_clean_failure(tap_run: TapRun, *words: str) -> None:
+    """A failed run: non-zero exit, each of `words` in its log (case-insensitive)."""
+    assert tap_run.returncode != 0, "the run should have failed:\n" + tap_run.stderr[-3000:]
+    lowered = tap_run.stderr.lower()
+    for word in words:
+        assert word.lower() in lowered, f"{word!r} not in the log:\n{tap_run.stderr[-3000:]}"
+
+
+# ------------------------------------------------------------------ recording HTTP servers
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+@dataclass
+class RecordingServer:
+    """A loopback HTTP server answering with `respond(path) -> (status, headers, body)` and
+    recording every request (also when used as a proxy: the path is then an absolute URL)."""
+
+    host: str
+    respond: Callable[[str], tuple[int, dict[str, str], bytes]]
+    requests: list[Recorded] = field(default_factory=list)
+    port: int = 0
+
+    @property
+    def origin(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@contextmanager
+def recording_server(
+    respond: Callable[[str], tuple[int, dict[str, str], bytes]] | None = None,
+    host: str = "127.0.0.1",
+) -> Iterator[RecordingServer]:
+    server_state = RecordingServer(host, respond or (lambda path: (404, {}, b'{"message":"no"}')))
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            server_state.requests.append(Recorded(self.command, self.path, dict(self.headers)))
+            status, headers, body = server_state.respond(self.path)
+            self.send_response(status)
+            headers = {"Content-Type": "application/json", **headers}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = _answer
+        do_CONNECT = _answer
+        do_POST = _answer
+        do_HEAD = _answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    httpd = ThreadingHTTPServer((host, 0), Handler)
+    httpd.daemon_threads = True
+    server_state.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server_state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def json_body(value: Any) -> bytes:
+    return json.dumps(value).encode()
