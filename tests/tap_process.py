@@ -61,21 +61,23 @@ def tap_command(*args: str) -> list[str]:
 
 
 def write_json(directory: Path, name: str, value: Any) -> Path:
+    """`value` as JSON; a str is written as it is (corrupt-file tests)."""
     path = directory / name
-    path.write_text(json.dumps(value))
+    path.write_text(value if isinstance(value, str) else json.dumps(value))
     return path
 
 
 def run_tap(
-    config: Mapping[str, Any],
+    config: Mapping[str, Any] | str,
     *,
-    state: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | str | None = None,
     catalog: Mapping[str, Any] | None = None,
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 600,
 ) -> TapRun:
-    """Run one sync (or `args`, e.g. ("--discover",)) and return its parsed output."""
+    """Run one sync (or `args`, e.g. ("--discover",)) and return its parsed output. A str
+    config or state is the file's exact text."""
     with tempfile.TemporaryDirectory(prefix="tap-run-") as scratch:
         directory = Path(scratch)
         command = tap_command("--config", str(write_json(directory, "config.json", config)))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import subprocess
 import tempfile
 import threading
@@ -23,29 +22,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from demo_pipeline import STREAM_KEYS, truth_tables
 from guestdata_sandbox.accounts import KEYS, OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from tap_process import TapRun, parse_singer, run_tap, select_streams, tap_command, write_json
 
 OWNER_KEY = OWNER_KEYS[0]
 
-# Stream -> primary key (the lead's contract).
-PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
-    "account": ("account_id",),
-    "venues": ("id",),
-    "guests": ("id",),
-    "daily_stats": ("venue_id", "date"),
-    "daily_account_stats": ("date",),
-    "programme": ("id",),
-    "programme_venues": ("site_id",),
-    "tiers": ("programme_id", "key"),
-    "members": ("id",),
-    "member_ledger": ("id",),
-    "rewards": ("id",),
-    "redemptions": ("id",),
-    "offers": ("id",),
-    "offer_stats": ("offer_id",),
-}
+PRIMARY_KEYS = STREAM_KEYS  # stream -> primary key (the tap's contract)
 REWARDS_STREAMS = (
     "programme",
     "programme_venues",
@@ -175,26 +159,8 @@ def run_raw(
     timeout: float = 60,
 ) -> TapRun:
     """A sync whose config and state files hold exactly the given text (corrupt files)."""
-    with tempfile.TemporaryDirectory(prefix="tap-raw-") as scratch:
-        directory = Path(scratch)
-        (directory / "config.json").write_text(config_text)
-        command = tap_command("--config", str(directory / "config.json"))
-        if state_text is not None:
-            (directory / "state.json").write_text(state_text)
-            command += ["--state", str(directory / "state.json")]
-        if catalog is not None:
-            command += ["--catalog", str(write_json(directory, "catalog.json", catalog))]
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, **(env or {})},
-            check=False,
-        )
-    tap_run = TapRun(result.returncode, result.stdout, result.stderr)
-    parse_singer(result.stdout, tap_run)
-    return _register("raw", tap_run)
+    run = run_tap(config_text, state=state_text, catalog=catalog, env=env, timeout=timeout)
+    return _register("raw", run)
 
 
 # ------------------------------------------------------------------ background runs and kills
@@ -265,24 +231,8 @@ def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.
 
 
 def truth_rows(server: SandboxProcess, key: str, stream: str) -> list[dict]:
-    """The sandbox's truth for one stream as the rows the tap promises."""
-    value = server.truth(key, stream)
-    if value is None:
-        return []
-    rows = [value] if isinstance(value, dict) else list(value)
-    if stream == "programme_venues":
-        rows = [mirror_columns(row) for row in rows]
-    return rows
-
-
-def mirror_columns(venue: Mapping[str, Any]) -> dict[str, Any]:
-    """`mirror_to_<partner>` arrives as `mirror_partner` + `mirror_to_partner`."""
-    row = {name: value for name, value in venue.items() if not name.startswith("mirror_to_")}
-    flags = [(name, value) for name, value in venue.items() if name.startswith("mirror_to_")]
-    partner, flag = flags[0] if flags else ("mirror_to_", None)
-    row["mirror_partner"] = partner.removeprefix("mirror_to_") or None
-    row["mirror_to_partner"] = flag
-    return row
+    """The sandbox's truth for one stream as the rows the tap promises (the demo's reading)."""
+    return truth_tables({stream: server.truth(key, stream)})[stream]
 
 
 def key_of(stream: str, row: Mapping[str, Any]) -> tuple:
@@ -368,6 +318,26 @@ def assert_records_match(
         for copy in copies:
             problems = row_differences(row, copy)
             assert not problems, f"{stream} {key}: {problems[:5]}"
+
+
+def assert_union_matches_truth(
+    runs: Iterable[TapRun],
+    server: SandboxProcess,
+    key: str,
+    streams: Iterable[str],
+    *,
+    allow_stale: bool = False,
+) -> None:
+    """What several runs emitted together, upserted by primary key, equals the truth."""
+    merged = union_records(runs)
+    for stream in streams:
+        assert_records_match(
+            stream,
+            merged.get(stream, []),
+            truth_rows(server, key, stream),
+            allow_duplicates=True,
+            allow_stale=allow_stale,
+        )
 
 
 def union_records(runs: Iterable[TapRun]) -> dict[str, list[dict]]:

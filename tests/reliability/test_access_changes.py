@@ -14,6 +14,7 @@ from reliability_support import (
     OWNER_KEY,
     assert_clean_failure,
     assert_records_match,
+    assert_union_matches_truth,
     catalog_for,
     last_seq,
     run,
@@ -71,14 +72,7 @@ def test_key_revoked_mid_run_fails_clearly_and_another_key_resumes(
 
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert len(resumed.records.get("guests", [])) < len(truth_rows(server, other_key, "guests"))
-    merged = union_records([failed, resumed])
-    for stream in streams:
-        assert_records_match(
-            stream,
-            merged.get(stream, []),
-            truth_rows(server, other_key, stream),
-            allow_duplicates=True,
-        )
+    assert_union_matches_truth([failed, resumed], server, other_key, streams)
 
 
 def test_revoked_key_between_runs_fails_without_retrying(fresh_sandbox: SandboxProcess) -> None:

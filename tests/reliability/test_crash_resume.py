@@ -14,13 +14,13 @@ from reliability_support import (
     OWNER_KEY,
     TapRun,
     assert_records_match,
+    assert_union_matches_truth,
     catalog_for,
     collect,
     count_lines,
     start,
     tap_config,
     truth_rows,
-    union_records,
     wait_for,
 )
 from tap_process import kill
@@ -87,14 +87,7 @@ def test_sync_killed_at_several_points_resumes_without_loss(
     assert returncode == 0, final.stderr[-3000:]
     attempts.append(final)
 
-    merged = union_records(attempts)
-    for stream in STREAMS:
-        assert_records_match(
-            stream,
-            merged.get(stream, []),
-            truth_rows(server, OWNER_KEY, stream),
-            allow_duplicates=True,
-        )
+    assert_union_matches_truth(attempts, server, OWNER_KEY, STREAMS)
     # The last attempt resumed: a stream bookmarked before it was not read again in full.
     for stream in INCREMENTAL:
         if bookmarked(state, stream):
