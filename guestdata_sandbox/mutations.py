@@ -268,6 +268,12 @@ def archive_offer(store: Store, offer_id: Any) -> dict:
     return {"ids": [row["id"]]}
 
 
+def remove_programme(store: Store, account_id: Any) -> dict:
+    """The account as before its programme was created: data null (spec 2.6)."""
+    account_of(store, account_id).programme = None
+    return {}
+
+
 def known_key(key: Any) -> str:
     if key not in KEYS:
         raise MutationError(f"unknown key {key!r}", status=404)
@@ -332,6 +338,7 @@ ACTIONS = {
     "void_redemption": void_redemption,
     "restore_redemption": restore_redemption,
     "archive_offer": archive_offer,
+    "remove_programme": remove_programme,
     "revoke_key": revoke_key,
     "set_rewards": set_rewards,
     "grant_permission": grant_permission,

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
+import requests
 
 from guestdata_sandbox.testing import SandboxProcess
 from tap_process import select_streams
@@ -14,6 +15,7 @@ from tap_support import (
     OWNER_KEY,
     Sync,
     config_for,
+    discover,
     stream_problems,
     sync,
     truth_rows,
@@ -92,3 +94,25 @@ def test_programme_venues_rows_carry_partner_name_and_flag(two_partners: list[Sy
             "programme_venues", result.records("programme_venues"), expected
         )
     assert not problems, "\n".join(problems)
+
+
+def test_no_programme_yet_gives_no_rows_and_a_clean_run(fresh_sandbox: SandboxProcess) -> None:
+    """spec 2.6: data is null until a programme has been created; the run still succeeds."""
+    server = fresh_sandbox
+    server.mutate("remove_programme", account_id=1001)
+    programme_answer = requests.get(
+        server.base_url + "/rewards/programme",
+        headers={"Authorization": f"Bearer {OWNER_KEY}"},
+        timeout=10,
+    ).json()
+    assert programme_answer["data"] is None  # guards the test's own setup
+    streams = ["programme", "programme_venues", "tiers"]
+    catalog = select_streams(discover(config_for(server)), [*streams, "offers"])
+    result = sync(server, config_for(server), catalog=catalog)
+
+    assert result.run.returncode == 0, result.run.stderr[-3000:]
+    for stream in streams:
+        assert result.records(stream) == [], stream
+    assert not stream_problems(
+        "offers", result.records("offers"), truth_rows(result.truth, "offers")
+    )
