@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import time
 
 import pytest
@@ -50,7 +49,6 @@ def test_sizes_row_counts_and_generation_time(size: str, low: int, high: int, se
     assert took < seconds
 
 
-@pytest.mark.skipif(not os.environ.get("SANDBOX_LARGE"), reason="set SANDBOX_LARGE=1 (about 10 s)")
 def test_large_is_about_a_million_rows_in_well_under_a_minute() -> None:
     total, took = rows("large")
     print(f"\nlarge: {total} rows generated in {took:.2f}s")
