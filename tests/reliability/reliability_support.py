@@ -8,9 +8,7 @@ if any API key (every key the sandbox knows, plus any a test registers) appears 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import math
 import subprocess
 import tempfile
 import threading
@@ -25,6 +23,7 @@ from typing import Any
 from demo_pipeline import STREAM_KEYS, truth_tables
 from guestdata_sandbox.accounts import KEYS, OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
+from json_values import same_value
 from tap_process import TapRun, parse_singer, run_tap, select_streams, tap_command, write_json
 
 OWNER_KEY = OWNER_KEYS[0]
@@ -239,43 +238,11 @@ def key_of(stream: str, row: Mapping[str, Any]) -> tuple:
     return tuple(row.get(name) for name in PRIMARY_KEYS[stream])
 
 
-def _instant(value: str) -> dt.datetime | None:
-    if len(value) < 20 or value[10] != "T":
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
-def same_json(expected: Any, actual: Any) -> bool:
-    """Equal JSON values; instants may be rendered differently if they are the same moment."""
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return type(expected) is type(actual) and expected == actual
-    if isinstance(expected, str) and isinstance(actual, str):
-        if expected == actual:
-            return True
-        left, right = _instant(expected), _instant(actual)
-        return left is not None and right is not None and left == right
-    if isinstance(expected, int | float) and isinstance(actual, int | float):
-        return math.isclose(expected, actual, rel_tol=1e-9, abs_tol=1e-12)
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        return expected.keys() == actual.keys() and all(
-            same_json(value, actual[name]) for name, value in expected.items()
-        )
-    if isinstance(expected, list) and isinstance(actual, list):
-        return len(expected) == len(actual) and all(
-            same_json(a, b) for a, b in zip(expected, actual, strict=True)
-        )
-    return expected == actual
-
-
 def row_differences(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[str]:
     problems = [
         f"{name}: {expected[name]!r} != {actual.get(name, '<missing>')!r}"
         for name in expected
-        if name not in actual or not same_json(expected[name], actual[name])
+        if name not in actual or not same_value(expected[name], actual[name])
     ]
     problems += [f"{name}: unexpected field" for name in actual if name not in expected]
     return problems

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
+from json_values import parse_instant
 from tap_support import (
     OWNER_KEY,
     IncrementalScenario,
     Sync,
     config_for,
     discover,
-    parse_instant,
     sync,
 )
 

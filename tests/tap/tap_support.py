@@ -25,6 +25,7 @@ import jsonschema
 from demo_pipeline import STREAM_KEYS, truth_tables  # stream -> primary key (tap contract)
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
+from json_values import same_value
 from tap_process import TapRun, run_tap, tap_command, write_json
 
 LONDON = ZoneInfo("Europe/London")
@@ -62,7 +63,6 @@ SUMMARY_COUNTS = re.compile(
 )
 SUMMARY_SKIPPED = re.compile(r"Stream summary: (?P<stream>\w+): skipped \((?P<reason>.*)\)")
 
-INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?([+-]\d{2}:?\d{2}|Z)$")
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -111,35 +111,6 @@ def key_of(row: Mapping[str, Any], stream: str) -> tuple:
         json.dumps(row.get(name)) if isinstance(row.get(name), list) else row.get(name)
         for name in STREAM_KEYS[stream]
     )
-
-
-def parse_instant(value: Any) -> dt.datetime | None:
-    """An ISO 8601 instant with an offset, else None (dates and naive values are not instants)."""
-    if not isinstance(value, str) or not INSTANT.match(value):
-        return None
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def same_value(expected: Any, actual: Any) -> bool:
-    """Equal JSON values; instants compare as instants whatever their offset."""
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return type(expected) is type(actual) and expected == actual
-    if isinstance(expected, str) and isinstance(actual, str):
-        left, right = parse_instant(expected), parse_instant(actual)
-        if left is not None and right is not None:
-            return left == right
-        return expected == actual
-    if isinstance(expected, int | float) and isinstance(actual, int | float):
-        return abs(expected - actual) <= 1e-9 * max(1.0, abs(expected))
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        return expected.keys() == actual.keys() and all(
-            same_value(value, actual[name]) for name, value in expected.items()
-        )
-    if isinstance(expected, list) and isinstance(actual, list):
-        return len(expected) == len(actual) and all(
-            same_value(left, right) for left, right in zip(expected, actual, strict=True)
-        )
-    return expected == actual
 
 
 def duplicate_keys(stream: str, records: Iterable[Mapping[str, Any]]) -> list[tuple]:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from json_values import parse_instant
 from tap_support import (
     ALL_STREAMS,
     LEDGER_PATH,
@@ -15,7 +16,6 @@ from tap_support import (
     duplicate_keys,
     london_date,
     param,
-    parse_instant,
     requests_for,
     stream_problems,
     truth_rows,

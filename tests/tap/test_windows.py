@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
+from json_values import parse_instant
 from tap_process import select_streams
 from tap_support import (
     DATE,
@@ -23,7 +24,6 @@ from tap_support import (
     duplicate_keys,
     london_date,
     param,
-    parse_instant,
     raw_params,
     requests_for,
     stream_problems,
