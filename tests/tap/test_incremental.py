@@ -7,17 +7,22 @@ import json
 
 import pytest
 
+from guestdata_sandbox.testing import SandboxProcess
 from json_values import parse_instant
+from tap_process import select_streams
 from tap_support import (
     ALL_STREAMS,
     LEDGER_PATH,
     PATH_GROUPS,
     IncrementalScenario,
+    config_for,
+    discover,
     duplicate_keys,
     london_date,
     param,
     requests_for,
     stream_problems,
+    sync,
     truth_rows,
     upsert,
 )
@@ -254,3 +259,27 @@ def test_stats_are_re_read_over_the_lookback_days_only(
     assert latest == london_date(scenario.incremental.started)
     dates = {row["date"] for row in scenario.incremental.records(stream)}
     assert len(dates) <= DEFAULT_STATS_LOOKBACK_DAYS + 2, sorted(dates)
+
+
+def test_ledger_selected_after_members_only_runs_reads_every_members_ledger(
+    sandbox: SandboxProcess,
+) -> None:
+    """A members bookmark from runs without the ledger must not hide the unchanged members'
+    ledgers when member_ledger is selected later: its first run reads every member."""
+    catalog = discover(config_for(sandbox))
+    members_only = sync(sandbox, config_for(sandbox), catalog=select_streams(catalog, ["members"]))
+    assert members_only.run.returncode == 0, members_only.run.stderr[-3000:]
+    assert "updated_since" in json.dumps(members_only.run.final_state)  # guards the setup
+
+    with_ledger = sync(
+        sandbox,
+        config_for(sandbox),
+        catalog=select_streams(catalog, ["members", "member_ledger"]),
+        state=members_only.run.final_state,
+    )
+    assert with_ledger.run.returncode == 0, with_ledger.run.stderr[-3000:]
+    assert not stream_problems(
+        "member_ledger",
+        with_ledger.records("member_ledger"),
+        truth_rows(with_ledger.truth, "member_ledger"),
+    )
