@@ -37,6 +37,7 @@ from tap_guestdata.http.errors import (
     describe_request,
 )
 from tap_guestdata.paging import BODY_ATTRIBUTE, LastPagePaginator, NewestFirstPages, body_of
+from tap_guestdata.resume import RESUME_KEY, ListingProgress
 from tap_guestdata.settings import BASE_PATH
 from tap_guestdata.windows import TimeWindow
 
@@ -75,6 +76,7 @@ class GuestDataStream(RESTStream[int]):
         self._listing = threading.local()  # the NewestFirstPages of the listing being read
         self._records_counter: StreamCounters | None = None
         self._utc_replication_key: str | None = None
+        self._listing_progress: dict[Hashable, ListingProgress] = {}
 
     # ------------------------------------------------------------------ shared run state
 
@@ -124,9 +126,15 @@ class GuestDataStream(RESTStream[int]):
         key = self.state_key(context)
         if key not in self._window_params:
             self._window_params[key] = self.window.params(
-                self.window_start(context), self.sync_started_at, self.lookback_days()
+                self.window_start(context), self.window_until(context), self.lookback_days()
             )
         return self._window_params[key]
+
+    def window_until(self, context: Context | None) -> dt.datetime:
+        """The window's upper bound: the sync start, or where an interrupted run got to."""
+        progress = self.listing_progress(context)
+        resume_until = progress.until() if progress is not None else None
+        return resume_until or self.sync_started_at
 
     def bookmark(self, context: Context | None) -> str | None:
         """The previous run's bookmark of this partition (progress of this run is kept apart
@@ -275,12 +283,68 @@ class GuestDataStream(RESTStream[int]):
         self._records_counter = self.runtime.counters_for(self.name) if self.selected else None
         if self.replication_key and self.is_timestamp_replication_key:
             self._utc_replication_key = self.replication_key
+        checkpoints = self.runtime.checkpoints if self.parent_stream_type is None else None
         try:
-            yield from self.read_records(context)
+            for row in self.read_records(context):
+                yield row
+                # The SDK asks for the next row only once it has written this one (and synced
+                # its children): from here on the row counts as done (resume.py).
+                self.row_written(row, context)
+                if checkpoints is not None and checkpoints.due():
+                    self.write_checkpoint()
         except StreamForbidden as error:
             self.forbidden(error)
+            return
         except StreamSkipped:
             return
+        self.listing_finished(context)
+
+    # ------------------------------------------------------------------ resuming (resume.py)
+
+    @property
+    def resumable_listing(self) -> bool:
+        """A newest-first listing bounded in time: resumed by narrowing its window."""
+        return self.newest_first and self.window is not None and not self.prefetched_by_parent
+
+    def listing_progress(self, context: Context | None) -> ListingProgress | None:
+        """This partition's progress (picked up from an interrupted run's state, or new)."""
+        if not self.resumable_listing:
+            return None
+        key = self.state_key(context)
+        if key not in self._listing_progress:
+            state = self.get_context_state(context)
+            self._listing_progress[key] = ListingProgress.from_state(state) or ListingProgress()
+        return self._listing_progress[key]
+
+    def row_written(self, row: dict[str, Any], context: Context | None) -> None:
+        """Called once the SDK has written `row`: move this run's resume marker past it."""
+        progress = self.listing_progress(context)
+        if progress is not None and self.replication_key and row.get(self.replication_key):
+            progress.row_written(row[self.replication_key])
+
+    def resume_markers(self) -> None:
+        """Put this stream's resume markers into its state (before a STATE message)."""
+        for key, progress in self._listing_progress.items():
+            self.get_context_state(dict(key) or None)[RESUME_KEY] = progress.as_state()
+
+    def write_checkpoint(self) -> None:
+        """A STATE message now, carrying how far this stream got."""
+        self.resume_markers()
+        self._tap.state_writer.write_state(self.tap_state)
+
+    def listing_finished(self, context: Context | None) -> None:
+        """The whole window was read: keep the newest row of an interrupted run as the
+        bookmark candidate (the SDK keeps the max) and drop the marker."""
+        if not self.resumable_listing:
+            return
+        progress = self._listing_progress.pop(self.state_key(context), None)
+        if progress is not None and progress.newest and self.replication_key:
+            self.state_manager.increment_state(
+                {self.replication_key: progress.newest},
+                context=context,
+                replication_key=self.replication_key,
+            )
+        self.get_context_state(context).pop(RESUME_KEY, None)
 
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         """The rows of one partition; streams override this for non-list endpoints."""
@@ -377,6 +441,10 @@ class GuestDataStream(RESTStream[int]):
             lambda: self.fetch_partition(context),
         )
 
+    def child_already_read(self, row: dict[str, Any]) -> bool:
+        """True when an interrupted run this one resumes wrote this row's children."""
+        return False
+
     def with_children_prefetched(
         self, rows: Iterable[dict[str, Any]], context: Context | None
     ) -> Iterable[dict[str, Any]]:
@@ -390,7 +458,7 @@ class GuestDataStream(RESTStream[int]):
 
         def start_children(row: dict[str, Any]) -> None:
             child_context = self.get_child_context(row, context)
-            if child_context is not None:
+            if child_context is not None and not self.child_already_read(row):
                 for child in children:
                     child.prefetch(child_context)
 

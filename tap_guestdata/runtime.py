@@ -18,6 +18,7 @@ from requests.adapters import HTTPAdapter
 
 from tap_guestdata.http.errors import StreamForbidden
 from tap_guestdata.http.limiter import KeyPool
+from tap_guestdata.resume import Checkpoints
 from tap_guestdata.settings import Settings
 
 
@@ -93,6 +94,7 @@ class Runtime:
         self._lookups: dict[str, Any] = {}
         self._lookup_lock = threading.Lock()
         self.server_clock_at_start: dt.datetime | None = None
+        self.checkpoints = Checkpoints(settings.state_interval_seconds)
 
     def note_server_clock(self, response: requests.Response) -> None:
         """Keep the API's clock (Date header) from the run's first answer: the members

@@ -121,6 +121,28 @@ SETTINGS_SCHEMA: dict[str, Any] = th.PropertiesList(
         description="Retries (exponential backoff) after a 5xx, timeout, dropped connection or "
         "unreadable body, per request; 429s wait Retry-After and do not count.",
     ),
+    th.Property(
+        "state_interval_seconds",
+        th.NumberType(minimum=0),
+        default=10,
+        description="Seconds between STATE messages while a stream runs, each saying how far "
+        "it got, so a killed sync resumes from there (0: after every row). The target saves "
+        "state only when it flushes, so its own flush interval applies too.",
+    ),
+    th.Property(
+        "progress_interval_seconds",
+        th.NumberType(exclusive_minimum=0),
+        default=30,
+        description="Seconds between progress lines (requests done of expected, rate, time "
+        "left) while a stream runs.",
+    ),
+    th.Property(
+        "log_request_metrics",
+        th.BooleanType,
+        default=False,
+        description="Log the SDK's per-request and per-partition METRIC lines (also shown at "
+        "debug log level). Off: the log grows with minutes and streams, not with requests.",
+    ),
 ).to_dict()
 
 
@@ -141,6 +163,9 @@ class Settings:
     max_workers: int
     request_timeout_seconds: float
     max_retries: int
+    state_interval_seconds: float
+    progress_interval_seconds: float
+    log_request_metrics: bool
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:
@@ -158,6 +183,9 @@ class Settings:
             max_workers=int(config.get("max_workers", 4)),
             request_timeout_seconds=float(config.get("request_timeout_seconds", 30)),
             max_retries=int(config.get("max_retries", 8)),
+            state_interval_seconds=float(config.get("state_interval_seconds", 10)),
+            progress_interval_seconds=float(config.get("progress_interval_seconds", 30)),
+            log_request_metrics=bool(config.get("log_request_metrics", False)),
         )
 
 

@@ -93,13 +93,13 @@ class TimeWindow:
     def params(
         self,
         start: str | None,
-        sync_started_at: dt.datetime,
+        until: dt.datetime,
         lookback_days: int = 0,
     ) -> dict[str, Any]:
-        """Query parameters for a window from `start` (bookmark or start_date) to the sync start.
+        """Query parameters for a window from `start` (bookmark or start_date) to `until`.
 
-        The upper bound is the sync's start, so rows created while paging newest-first cannot
-        shift pages (spec 4.2 lists are newest first).
+        The upper bound is the sync's start (or where an interrupted run got to), so rows
+        created while paging newest-first cannot shift pages (spec 4.2 lists are newest first).
         """
         params: dict[str, Any] = {}
         if start is not None:
@@ -109,8 +109,6 @@ class TimeWindow:
             )
         if self.until is not None:
             params[self.until] = (
-                london_day(sync_started_at).isoformat()
-                if self.dates
-                else instant_param(sync_started_at)
+                london_day(until).isoformat() if self.dates else instant_param(until)
             )
         return params

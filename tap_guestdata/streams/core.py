@@ -64,6 +64,10 @@ class _DailyStatistics(GuestDataStream):
     path = "/stats"
     replication_key = "date"
     paged = False
+    # Days are written in ascending order, so the bookmark is a resume point (resume.py);
+    # a lookback re-reads days before the old bookmark, hence no sort check.
+    is_sorted = True
+    check_sorted = False
     window = TimeWindow(
         since="from", until="to", dates=True, lookback_setting="stats_lookback_days"
     )

@@ -15,6 +15,7 @@ from singer_sdk.singerlib.catalog import REPLICATION_INCREMENTAL
 from tap_guestdata import windows
 from tap_guestdata.client import GuestDataStream, body_of
 from tap_guestdata.http.errors import StreamForbidden
+from tap_guestdata.resume import RESUME_KEY, MemberWalk
 from tap_guestdata.windows import TimeWindow
 
 if TYPE_CHECKING:
@@ -162,17 +163,8 @@ class Members(RewardsStream):
     def ledger_needs_every_member(self) -> bool:
         """A ledger selected for the first time (no bookmark of its own) needs every member,
         not only those changed since a run that did not read ledgers."""
-        ledger: MemberLedger = self._tap.streams["member_ledger"]  # type: ignore[assignment]
+        ledger = self.ledger()
         return ledger.selected and ledger.bookmark(None) is None
-
-    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
-        yield from super().read_records(context)
-        # every page read and every child synced: the next run reads what changed from here on
-        margin = dt.timedelta(seconds=self.runtime.settings.members_margin_seconds)
-        self.stream_state.update(
-            replication_key=self.bookmark_parameter,
-            replication_key_value=windows.utc_text(self.runtime.members_bookmark(margin)),
-        )
 
     def get_child_context(self, record: dict, context: Context | None) -> dict:
         return {"member_id": record["id"]}
@@ -182,6 +174,66 @@ class Members(RewardsStream):
         # The catalog says what the stream is: incremental (a target must never drop the
         # members a run did not re-read), with no replication key a record could carry.
         self.forced_replication_method = REPLICATION_INCREMENTAL
+        self._walk: MemberWalk | None = None
+        self._walked_member_ids: set[Any] = set()
+
+    # ------------------------------------------------------------------ resuming (resume.py)
+
+    @property
+    def walk(self) -> MemberWalk:
+        """This run's member walk, continuing an interrupted one found in state."""
+        if self._walk is None:
+            with_ledger = self.ledger().selected
+            interrupted = MemberWalk.from_state(self.stream_state)
+            if interrupted is not None and (interrupted.with_ledger or not with_ledger):
+                self._walk = interrupted
+            else:
+                started_at = windows.utc_text(self.sync_started_at)
+                self._walk = MemberWalk(started_at=started_at, with_ledger=with_ledger)
+        return self._walk
+
+    def members_bookmark(self) -> str:
+        """Next run's updated_since: from the walk's start (the interrupted run's, if any)."""
+        if self.walk.members_bookmark is None:
+            margin = dt.timedelta(seconds=self.runtime.settings.members_margin_seconds)
+            self.walk.members_bookmark = windows.utc_text(self.runtime.members_bookmark(margin))
+        return self.walk.members_bookmark
+
+    def child_already_read(self, row: dict[str, Any]) -> bool:
+        if self.walk.already_walked(row):
+            self._walked_member_ids.add(row["id"])
+            return True
+        return False
+
+    def ledger_already_read(self, member_id: Any) -> bool:
+        return member_id in self._walked_member_ids
+
+    def row_written(self, row: dict[str, Any], context: Context | None) -> None:
+        self.walk.member_written(row)
+
+    def resume_markers(self) -> None:
+        self.members_bookmark()
+        self.stream_state[RESUME_KEY] = self.walk.as_state()
+
+    def listing_finished(self, context: Context | None) -> None:
+        """Every page read and every ledger synced: the next run reads what changed since the
+        walk began, and the ledger's bookmark covers the lines the interrupted run wrote."""
+        self.stream_state.update(
+            replication_key=self.bookmark_parameter, replication_key_value=self.members_bookmark()
+        )
+        ledger = self.ledger()
+        if ledger.selected and self.walk.ledger_newest:
+            ledger.state_manager.increment_state(
+                {ledger.replication_key: self.walk.ledger_newest},
+                context=None,
+                replication_key=str(ledger.replication_key),
+            )
+        self.stream_state.pop(RESUME_KEY, None)
+        self._walk = None
+        self._walked_member_ids.clear()
+
+    def ledger(self) -> MemberLedger:
+        return self._tap.streams["member_ledger"]  # type: ignore[return-value]
 
     def _increment_stream_state(
         self, latest_record: dict, *, context: Context | None = None
@@ -208,6 +260,21 @@ class MemberLedger(RewardsStream):
     newest_first = True
     prefetched_by_parent = True
     skip_missing_partition = True
+
+    def members(self) -> Members:
+        return self._tap.streams["members"]  # type: ignore[return-value]
+
+    def window_until(self, context: Context | None) -> dt.datetime:
+        """The member walk's start: a resumed walk reads the interrupted run's window."""
+        return windows.parse_instant(self.members().walk.started_at)
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        if self.members().ledger_already_read((context or {}).get("member_id")):
+            return []  # written by the interrupted run this one resumes
+        return super().read_records(context)
+
+    def row_written(self, row: dict[str, Any], context: Context | None) -> None:
+        self.members().walk.ledger_line_written(row["created_at"])
 
 
 class Rewards(RewardsStream):
@@ -238,17 +305,24 @@ class Rewards(RewardsStream):
             self.oldest_open_key
         )
 
-    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
-        oldest_open: str | None = None
-        for row in super().read_records(context):
-            if row.get("status") == "issued" and row.get("uses_remaining"):
-                issued_at = windows.utc_text(row["issued_at"])
-                oldest_open = issued_at if oldest_open is None else min(oldest_open, issued_at)
-            yield row
+    def row_written(self, row: dict[str, Any], context: Context | None) -> None:
+        super().row_written(row, context)
+        progress = self.listing_progress(context)
+        if progress is not None and row.get("status") == "issued" and row.get("uses_remaining"):
+            issued_at = windows.utc_text(row["issued_at"])
+            oldest_open = progress.extra.get(self.oldest_open_key)
+            if oldest_open is None or issued_at < oldest_open:
+                progress.extra[self.oldest_open_key] = issued_at
+
+    def listing_finished(self, context: Context | None) -> None:
+        progress = self.listing_progress(context)
+        oldest_open = progress.extra.get(self.oldest_open_key) if progress else None
         # every page read: none open means nothing older than this run's window can change
+        # (after a resumed run the bookmark, the newest reward, still bounds the next window)
         self.stream_state[self.oldest_open_key] = oldest_open or windows.utc_text(
             self.sync_started_at
         )
+        super().listing_finished(context)
 
     def lookback_days(self) -> int:
         if self.runtime.settings.rewards_lookback_days is not None:
