@@ -37,6 +37,7 @@ from tap_guestdata.http.errors import (
     describe_request,
 )
 from tap_guestdata.paging import BODY_ATTRIBUTE, LastPagePaginator, NewestFirstPages, body_of
+from tap_guestdata.progress import StreamPlan
 from tap_guestdata.resume import RESUME_KEY, ListingProgress
 from tap_guestdata.settings import BASE_PATH
 from tap_guestdata.windows import TimeWindow
@@ -167,10 +168,13 @@ class GuestDataStream(RESTStream[int]):
         """One attempt: a slot on the least-loaded key, then the request (spec 5.1, 8)."""
         if reason := self.runtime.gate.reason(self.scopes):
             raise StreamSkipped(reason)
+        if (planned := self.runtime.first_pages.pop(str(prepared_request.url), None)) is not None:
+            return planned  # read (and counted) when the run was planned
         counters = self.runtime.counters_for(self.name)
         lease = self.runtime.keys.acquire()
         prepared_request.headers["Authorization"] = f"Bearer {lease.key}"
         counters.add(requests=1)
+        self.runtime.progress.request_sent(self.name, lambda: counters.requests)
         try:
             response = self.requests_session.send(
                 prepared_request, timeout=self.timeout, allow_redirects=self.allow_redirects
@@ -194,6 +198,37 @@ class GuestDataStream(RESTStream[int]):
             lease.pause(error.retry_after, whole_address=at_address_cap)
             raise
         return response
+
+    # ------------------------------------------------------------------ the plan (progress.py)
+
+    def planned_requests(self) -> StreamPlan | None:
+        """Requests this stream expects, from what the API says (its first page, read now and
+        kept for the sync, so planning costs no request); None when it is skipped."""
+        if not self.paged:
+            return StreamPlan(self.name, 1, "one answer")
+        pages = self.first_page_meta(None).get("last_page") or 1
+        return StreamPlan(self.name, int(pages), f"meta.last_page {pages}")
+
+    def first_page_meta(self, context: Context | None) -> dict[str, Any]:
+        """meta of this listing's first page, read once and kept for the sync to use."""
+        prepared = self.prepare_request(context, next_page_token=None)
+        url = str(prepared.url)
+        response = self.runtime.first_pages.get(url)
+        if response is None:
+            response = self.request_decorator(self._request)(prepared, context)
+            self.runtime.first_pages[url] = response
+        meta = body_of(response).get("meta")
+        return meta if isinstance(meta, dict) else {}
+
+    def plan(self) -> StreamPlan | None:
+        """planned_requests, or None (with the usual warning) when the stream is forbidden."""
+        if self.runtime.gate.reason(self.scopes):
+            return None
+        try:
+            return self.planned_requests()
+        except StreamForbidden as error:
+            self.forbidden(error)
+            return None
 
     def describe(self, request: requests.PreparedRequest | None) -> str:
         return describe_request(request, self._base_path)
@@ -298,6 +333,9 @@ class GuestDataStream(RESTStream[int]):
         except StreamSkipped:
             return
         self.listing_finished(context)
+        if self.parent_stream_type is None:
+            names = [self.name, *(child.name for child in self.child_streams)]
+            self.runtime.progress.finished(*names)
 
     # ------------------------------------------------------------------ resuming (resume.py)
 

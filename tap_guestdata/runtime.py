@@ -18,6 +18,7 @@ from requests.adapters import HTTPAdapter
 
 from tap_guestdata.http.errors import StreamForbidden
 from tap_guestdata.http.limiter import KeyPool
+from tap_guestdata.progress import Progress
 from tap_guestdata.resume import Checkpoints
 from tap_guestdata.settings import Settings
 
@@ -95,6 +96,14 @@ class Runtime:
         self._lookup_lock = threading.Lock()
         self.server_clock_at_start: dt.datetime | None = None
         self.checkpoints = Checkpoints(settings.state_interval_seconds)
+        self.progress = Progress(
+            logger,
+            interval=settings.progress_interval_seconds,
+            requests_per_minute=settings.requests_per_minute,
+            keys=len(settings.keys),
+            window_seconds=settings.rate_limit_window_seconds,
+        )
+        self.first_pages: dict[str, requests.Response] = {}  # read by the plan, kept for the sync
 
     def note_server_clock(self, response: requests.Response) -> None:
         """Keep the API's clock (Date header) from the run's first answer: the members
@@ -137,4 +146,5 @@ class Runtime:
     def close(self) -> None:
         """Stop what is still queued or waiting (after a failure workers may be mid-flight)."""
         self.keys.close()
+        self.progress.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)

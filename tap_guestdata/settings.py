@@ -307,9 +307,24 @@ def state_errors(state: Any, streams: Mapping[str, Any]) -> list[str]:
     return errors
 
 
+BOOKMARK_TIME_KEYS = ("replication_key_value", "updated_since", "oldest_open_issued_at")
+RESUME_TIME_KEYS = ("oldest", "newest", "oldest_open_issued_at", "started_at", "boundary")
+RESUME_TIME_KEYS += ("members_bookmark", "ledger_newest")
+
+
 def _readable_bookmark(entry: dict[str, Any]) -> bool:
-    """replication_key_value (and the rewards' oldest open issued_at) is a date or instant."""
-    for key in ("replication_key_value", "updated_since", "oldest_open_issued_at"):
+    """replication_key_value (and the rewards' oldest open issued_at) is a date or instant, and
+    so is every time in a resume marker (resume.py)."""
+    marker = entry.get("resume")
+    if marker is not None and not (
+        isinstance(marker, dict) and _readable_times(marker, RESUME_TIME_KEYS)
+    ):
+        return False
+    return _readable_times(entry, BOOKMARK_TIME_KEYS)
+
+
+def _readable_times(entry: dict[str, Any], keys: tuple[str, ...]) -> bool:
+    for key in keys:
         value = entry.get(key)
         if value is None:
             continue

@@ -19,6 +19,7 @@ from singer_sdk.helpers.capabilities import CapabilitiesEnum, PluginCapabilities
 
 from tap_guestdata import settings as settings_module
 from tap_guestdata.client import GuestDataStream
+from tap_guestdata.progress import QuietLog
 from tap_guestdata.runtime import Runtime
 from tap_guestdata.settings import SETTINGS_SCHEMA, Settings, state_errors
 from tap_guestdata.streams import core, rewards
@@ -115,13 +116,30 @@ class TapGuestData(Tap):
         )
 
     def sync_all(self) -> None:  # type: ignore[misc]
-        """The SDK's sync, then one summary line per stream (also when the run fails)."""
+        """A plan line per stream, the SDK's sync, then one summary line per stream (also when
+        the run fails). The log stays quiet per request unless asked (progress.py)."""
+        verbose = self.runtime.settings.log_request_metrics or self.logger.isEnabledFor(
+            logging.DEBUG
+        )
+        stream_loggers = [stream.logger for stream in self.streams.values()]
         try:
-            super().sync_all()
+            with QuietLog(self.metrics_logger, stream_loggers, per_request=verbose):
+                self.log_plan()
+                super().sync_all()
         finally:
             if "runtime" in self.__dict__:
                 self.log_summary()
                 self.__dict__.pop("runtime").close()  # a later sync starts afresh
+
+    def log_plan(self) -> None:
+        plans = [
+            plan
+            for stream in self.streams.values()
+            if isinstance(stream, GuestDataStream) and stream.selected
+            if (plan := stream.plan()) is not None
+        ]
+        self.runtime.progress.log_plan(plans)
+        self.runtime.progress.start()
 
     def log_summary(self) -> None:
         for stream in self.streams.values():

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import requests
 
+from tap_guestdata.http.errors import retry_after_seconds
+
 ADDRESS_LIMIT_DEFAULT = 600  # spec 8: requests per minute per IP address
 SAFETY_SECONDS = 0.005  # a slot frees a little after `window`, never at the boundary
 
@@ -61,23 +63,30 @@ class AddressBudget:
     answered: deque[float] = field(default_factory=deque)
     in_flight: int = 0
     others: int = 0  # requests the server counted that were not ours
-    others_seen_at: float = 0.0
+    others_valid_until: float = 0.0
 
     def free_slots(self, now: float) -> int:
         while self.answered and self.answered[0] + self.window + SAFETY_SECONDS <= now:
             self.answered.popleft()
-        others = self.others if now - self.others_seen_at < self.window else 0
+        others = self.others if now < self.others_valid_until else 0
         capacity = max(self.limit, self.configured)
         return capacity - others - len(self.answered) - self.in_flight
 
     def next_change(self, now: float) -> float:
         candidates = [now + self.window / 10]
+        if self.others_valid_until > now:
+            candidates.append(self.others_valid_until)
         if self.answered:
             candidates.append(self.answered[0] + self.window + SAFETY_SECONDS)
         return min(candidates)
 
     def observe(self, response: requests.Response, now: float) -> None:
-        """Read X-RateLimit-Limit / -Remaining: the server's count includes other clients."""
+        """Read X-RateLimit-Limit / -Remaining: the server's count includes other clients.
+
+        The reading says nothing of when others' requests age out, so it is trusted only
+        briefly: on a 429 until its Retry-After (spec 8 rule 4), else for a tenth of the
+        window, after which one request checks again. A stale "Remaining: 0" never holds
+        every key back for a whole window."""
         try:
             limit = int(response.headers["X-RateLimit-Limit"])
             remaining = int(response.headers["X-RateLimit-Remaining"])
@@ -85,7 +94,11 @@ class AddressBudget:
             return
         self.limit = limit
         self.others = max(0, (limit - remaining) - len(self.answered) - self.in_flight)
-        self.others_seen_at = now
+        if response.status_code == requests.codes.too_many_requests:
+            trusted_for = retry_after_seconds(response)
+        else:
+            trusted_for = self.window / 10
+        self.others_valid_until = now + min(trusted_for, self.window)
 
 
 class PoolClosed(Exception):

@@ -12,6 +12,7 @@ import requests
 from tap_guestdata import windows
 from tap_guestdata.client import GuestDataStream, body_of
 from tap_guestdata.concurrency import ordered_map
+from tap_guestdata.progress import StreamPlan
 from tap_guestdata.windows import TimeWindow
 
 if TYPE_CHECKING:
@@ -80,6 +81,10 @@ class _DailyStatistics(GuestDataStream):
         for rows in ordered_map(self.runtime.executor, read_day, days, window):
             yield from rows
 
+    def days_to_read(self, context: Context | None) -> int:
+        today = windows.london_day(self.sync_started_at)
+        return len(windows.days_between(self.first_day(context), today))
+
     def read_day(self, context: Context | None, day: dt.date) -> list[dict[str, Any]]:
         """One day's request (in a worker thread)."""
         return list(self.request_records({**(context or {}), "day": day.isoformat()}))
@@ -119,6 +124,10 @@ class DailyStats(_DailyStatistics):
     def partition_params(self, context: Context | None) -> dict[str, Any]:
         return {"venue_id": context["venue_id"]} if context else {}
 
+    def planned_requests(self) -> StreamPlan:
+        days = sum(self.days_to_read(partition) for partition in self.partitions)
+        return StreamPlan(self.name, days, f"one per venue and day: {days} venue-days")
+
     def earliest_day(self, context: Context | None) -> dt.date:
         venue_id = (context or {})["venue_id"]
         created = next(row["created_at"] for row in all_venues(self) if row["id"] == venue_id)
@@ -137,6 +146,10 @@ class DailyAccountStats(_DailyStatistics):
 
     def earliest_day(self, context: Context | None) -> dt.date:
         return min(windows.london_day(row["created_at"]) for row in all_venues(self))
+
+    def planned_requests(self) -> StreamPlan:
+        days = self.days_to_read(None)
+        return StreamPlan(self.name, days, f"one per day: {days} days")
 
     def parse_response(self, response: requests.Response) -> Iterable[dict]:
         totals = self.totals(response)

@@ -15,6 +15,7 @@ from singer_sdk.singerlib.catalog import REPLICATION_INCREMENTAL
 from tap_guestdata import windows
 from tap_guestdata.client import GuestDataStream, body_of
 from tap_guestdata.http.errors import StreamForbidden
+from tap_guestdata.progress import StreamPlan
 from tap_guestdata.resume import RESUME_KEY, MemberWalk
 from tap_guestdata.windows import TimeWindow
 
@@ -63,6 +64,9 @@ class ProgrammeVenues(RewardsStream):
     name = "programme_venues"
     primary_keys = ("site_id",)
 
+    def planned_requests(self) -> StreamPlan:
+        return StreamPlan(self.name, 0, "from the programme's answer")
+
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         meta = programme_answer(self).get("meta") or {}
         return [fixed_mirror_columns(venue) for venue in meta.get("venues") or []]
@@ -86,6 +90,9 @@ class Tiers(RewardsStream):
     name = "tiers"
     primary_keys = ("programme_id", "key")
 
+    def planned_requests(self) -> StreamPlan:
+        return StreamPlan(self.name, 0, "from the programme's answer")
+
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         data = programme_answer(self).get("data") or {}
         return [{**tier, "programme_id": data["id"]} for tier in data.get("tiers") or []]
@@ -101,6 +108,14 @@ class Offers(RewardsStream):
 
     def partition_params(self, context: Context | None) -> dict[str, Any]:
         return {"status": context["status"]} if context else {}
+
+    def listing_metas(self) -> list[dict[str, Any]]:
+        """meta of the first page of both listings (spec 4.2: archived ones apart)."""
+        return [self.first_page_meta(None), self.first_page_meta({"status": "archived"})]
+
+    def planned_requests(self) -> StreamPlan:
+        pages = sum(int(meta.get("last_page") or 1) for meta in self.listing_metas())
+        return StreamPlan(self.name, pages, "meta.last_page of the listing and of archived")
 
     def all_offers(self) -> list[dict[str, Any]]:
         def read() -> list[dict[str, Any]]:
@@ -134,6 +149,11 @@ class OfferStats(RewardsStream):
     def parse_response(self, response: requests.Response) -> Iterable[dict]:
         data = body_of(response)["data"]
         return [{"offer_id": data["id"], **data["stats"]}]
+
+    def planned_requests(self) -> StreamPlan:
+        offers: Offers = self._tap.streams["offers"]  # type: ignore[assignment]
+        count = sum(int(meta.get("total") or 0) for meta in offers.listing_metas())
+        return StreamPlan(self.name, count, f"one per offer: {count} offers")
 
 
 class Members(RewardsStream):
@@ -263,6 +283,10 @@ class MemberLedger(RewardsStream):
 
     def members(self) -> Members:
         return self._tap.streams["members"]  # type: ignore[return-value]
+
+    def planned_requests(self) -> StreamPlan:
+        count = int(self.members().first_page_meta(None).get("total") or 0)
+        return StreamPlan(self.name, count, f"one per member listed: {count} members")
 
     def window_until(self, context: Context | None) -> dt.datetime:
         """The member walk's start: a resumed walk reads the interrupted run's window."""
