@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 import requests
 from singer_sdk import RESTStream
-from singer_sdk.exceptions import FatalAPIError
+from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 from singer_sdk.helpers._catalog import pop_deselected_record_properties
 from singer_sdk.helpers._typing import conform_record_data_types
 from singer_sdk.helpers._util import utc_now
@@ -214,8 +214,8 @@ class GuestDataStream(RESTStream[int]):
         prepared = self.prepare_request(context, next_page_token=None)
         url = str(prepared.url)
         response = self.runtime.first_pages.get(url)
-        if response is None:
-            response = self.request_decorator(self._request)(prepared, context)
+        if response is None:  # one attempt: a failing endpoint is retried by its own sync
+            response = self._request(prepared, context)
             self.runtime.first_pages[url] = response
         meta = body_of(response).get("meta")
         return meta if isinstance(meta, dict) else {}
@@ -228,6 +228,12 @@ class GuestDataStream(RESTStream[int]):
             return self.planned_requests()
         except StreamForbidden as error:
             self.forbidden(error)
+            return None
+        except (FatalAPIError, RetriableAPIError) as error:
+            # Other streams still run first, as without a plan; this one meets the error again.
+            if isinstance(error, RetriableAPIError) and not isinstance(error, RateLimited):
+                self.runtime.counters_for(self.name).add(retries=1)  # its sync asks again
+            self.logger.warning("Plan: %s: not known (%s)", self.name, error)
             return None
 
     def describe(self, request: requests.PreparedRequest | None) -> str:
