@@ -38,6 +38,10 @@ class Venues(GuestDataStream):
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         return [dict(row) for row in all_venues(self)]
 
+    def planned_requests(self) -> StreamPlan:
+        all_venues(self)  # read once per run, whichever stream asks first (the plan, here)
+        return StreamPlan(self.name, 1, "one listing")
+
 
 def all_venues(stream: GuestDataStream) -> list[dict[str, Any]]:
     """The account's venues, read once per run and shared with the statistics streams."""
