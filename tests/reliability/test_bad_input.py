@@ -191,6 +191,14 @@ CORRUPT_STATES = {
         ),
         ("guests",),
     ),
+    "resume-marker-not-an-instant": (
+        json.dumps({"bookmarks": {"guests": {"resume": {"oldest": "halfway", "newest": 3}}}}),
+        ("guests",),
+    ),
+    "resume-marker-not-an-object": (
+        json.dumps({"bookmarks": {"members": {"resume": ["started_at"]}}}),
+        ("members",),
+    ),
 }
 
 
