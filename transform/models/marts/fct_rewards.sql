@@ -31,7 +31,6 @@ select
     rewards.expires_at,
     rewards.points_spent,
     rewards.status_as_read,
-    rewards.read_at as status_read_at,
     redemptions.redemption_id,
     redemptions.status as redemption_status,
     coalesce(redemptions.status = 'completed', false) as is_redeemed,

@@ -53,7 +53,6 @@ select
     latest_read.phone,
     latest_read.first_name,
     latest_read.last_name,
-    latest_read.read_at as consent_read_at,
     visits.visits,
     visits.first_visit_at,
     visits.last_visit_at,
