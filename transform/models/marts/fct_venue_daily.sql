@@ -52,6 +52,7 @@ api as (
 
 select
     spine.venue_id,
+    venues.venue_name,
     spine.date,
     coalesce(from_guests.visits, 0) as visits,
     coalesce(from_guests.unique_guests, 0) as unique_guests,
@@ -65,6 +66,8 @@ select
     coalesce(api.is_final, false) as api_stats_final
 from spine
 cross join as_of
+left join venues
+    on venues.venue_id = spine.venue_id
 left join from_guests
     on from_guests.venue_id = spine.venue_id and from_guests.date = spine.date
 left join api
