@@ -270,6 +270,9 @@ class Breakage:
 def test_each_reconciliation_fails_on_its_broken_data_and_passes_once_restored(
     loaded: MeltanoProject, dbt: Dbt, conninfo: str
 ) -> None:
+    """Four breaks in one build, each on data only its own check reads (the deleted guest has
+    no consent and another venue-day than the flipped one), and every other test passes: so
+    each result is that break's doing."""
     breakage = Breakage(conninfo)
     # Guests on days that ended before the load (today's counts are not final).
     old_guests = breakage.execute(
@@ -282,9 +285,13 @@ def test_each_reconciliation_fails_on_its_broken_data_and_passes_once_restored(
     line = breakage.execute(
         f"SELECT id FROM {RAW_SCHEMA}.member_ledger WHERE delta <> 0 ORDER BY id LIMIT 1"
     )[0]
+    redemption = breakage.execute(
+        f"SELECT id FROM {RAW_SCHEMA}.redemptions WHERE status = 'completed' ORDER BY id LIMIT 1"
+    )[0]
     breakage.flip_consent(flipped[0])
     breakage.delete_row("guests", deleted[0])
     breakage.delete_row("member_ledger", line[0])
+    breakage.delete_row("redemptions", redemption[0])
     try:
         broken = dbt.build()
     finally:
@@ -295,7 +302,7 @@ def test_each_reconciliation_fails_on_its_broken_data_and_passes_once_restored(
         "reconcile_venue_daily_visits_with_api_stats": "fail",  # a lost guest row: error
         "reconcile_venue_daily_opt_ins_with_api_stats": "warn",  # a stale consent flag: warn
         "reconcile_member_balance_with_ledger": "fail",  # a lost ledger line: error
-        "reconcile_offer_funnel_with_offer_stats": "pass",
+        "reconcile_offer_funnel_with_offer_stats": "warn",  # a lost redemption: warn
     }
     others = {name: status for name, status in tests.items() if name not in RECONCILIATIONS}
     assert set(others.values()) == {"pass"}, "only the reconciliations notice"
@@ -308,24 +315,6 @@ def test_each_reconciliation_fails_on_its_broken_data_and_passes_once_restored(
     restored = dbt.build()
     assert restored.returncode == 0, restored.output[-3000:]
     assert set(restored.statuses("test").values()) == {"pass"}
-
-
-def test_the_offer_funnel_reconciliation_warns_when_a_redemption_is_lost(
-    loaded: MeltanoProject, dbt: Dbt, conninfo: str
-) -> None:
-    breakage = Breakage(conninfo)
-    redemption = breakage.execute(
-        f"SELECT id FROM {RAW_SCHEMA}.redemptions WHERE status = 'completed' ORDER BY id LIMIT 1"
-    )[0]
-    breakage.delete_row("redemptions", redemption[0])
-    try:
-        broken = dbt.build("--select", "fct_offer_performance+")
-    finally:
-        breakage.restore()
-    assert broken.statuses("test")["reconcile_offer_funnel_with_offer_stats"] == "warn"
-    assert broken.returncode == 0, "the offer funnel only warns"
-    restored = dbt.build("--select", "fct_offer_performance+")
-    assert restored.statuses("test")["reconcile_offer_funnel_with_offer_stats"] == "pass"
 
 
 def test_a_masked_load_puts_no_contact_in_the_audience(
