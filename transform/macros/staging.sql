@@ -26,3 +26,14 @@ where loader_row_rank = 1
 {% macro is_masked(email, phone) -%}
   (coalesce({{ email }}, '') like '%*%' or coalesce({{ phone }}, '') like '%*%')
 {%- endmacro %}
+
+{#- The columns /stats rows share (spec 2.4), per venue or for the account. A day read before it
+    ended holds partial counts (the next run re-reads it): is_final says whether it had ended. -#}
+{% macro api_stats_columns() -%}
+    cast(visits as {{ dbt.type_bigint() }}) as visits,
+    cast(unique_guests as {{ dbt.type_bigint() }}) as unique_guests,
+    cast(marketing_opt_ins as {{ dbt.type_bigint() }}) as marketing_opt_ins,
+    _sdc_extracted_at as read_at,
+    {{ london_date('_sdc_extracted_at') }} > cast(date as date) as is_final,
+    _sdc_batched_at as loaded_at
+{%- endmacro %}
