@@ -43,7 +43,7 @@ erased as (
     where member_status = 'anonymised' and contact_key is not null
     union
     select nullif(trim(phone), '') from {{ ref('stg_guestdata__members') }}
-    where member_status = 'anonymised'
+    where member_status = 'anonymised' and nullif(trim(phone), '') is not null
 )
 
 select
@@ -63,6 +63,8 @@ from latest_read
 inner join visits on visits.contact_key = latest_read.contact_key
 inner join last_visit
     on last_visit.contact_key = latest_read.contact_key and last_visit.newest_first = 1
+left join erased
+    on erased.contact_key = latest_read.contact_key
 where latest_read.newest_first = 1
     and latest_read.has_marketing_consent
-    and latest_read.contact_key not in (select contact_key from erased where contact_key is not null)
+    and erased.contact_key is null
