@@ -1,6 +1,6 @@
 """Guest Data Read API -> warehouse with Meltano, for Airflow 3. Deployment: docs/airflow.md.
 
-Two DAGs:
+Three DAGs:
 
 - `guestdata_meltano`: one `meltano run` per stream group (core, members, rewards, offers, stats),
   in parallel. Each group is its own inheriting extractor in meltano.yml, so each has its own
@@ -8,6 +8,9 @@ Two DAGs:
 - `guestdata_meltano_weekly_refresh`: `meltano run --full-refresh tap-guestdata--refresh`
   (guests, daily stats): rows that change after they are first read (a guest's
   `marketing_consent`, late visits in recent days) are read again in full once a week.
+- `guestdata_transform`: `dbt build` of transform/ (models and their checks). Each load task
+  publishes an Airflow asset for its group when it succeeds; this DAG is scheduled on those
+  assets: once all five daily groups have loaded, or the weekly refresh has.
 
 API keys and rate limits (spec 8: 120 requests per rolling minute per key): each task gets one
 key, round-robin over the keys configured, and runs in that key's pool `guestdata_api_key_<n>`
@@ -31,11 +34,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from airflow.providers.standard.operators.bash import BashOperator
-from airflow.sdk import DAG, Variable
+from airflow.sdk import DAG, Asset, AssetAll, Variable
 from airflow.sdk.log import mask_secret
 
 DAG_ID = "guestdata_meltano"
 REFRESH_DAG_ID = "guestdata_meltano_weekly_refresh"
+TRANSFORM_DAG_ID = "guestdata_transform"
 EXTRACTOR = "tap-guestdata"
 POOL_PREFIX = "guestdata_api_key_"
 
@@ -60,6 +64,10 @@ SETTINGS: dict[str, str] = {
     # Blocks run after the loader in the same `meltano run` (space-separated, or "none");
     # "auto": the timestamptz step (meltano.yml) when the target is target-postgres.
     "meltano_after_load": "auto",
+    # The models' build (space-separated blocks, or "none": no transform DAG); "auto": the dbt
+    # utility of meltano.yml when the target is target-postgres.
+    "meltano_transform": "auto",
+    "transform_timeout_minutes": "60",
     "schedule": "0 5 * * *",
     "refresh_schedule": "0 3 * * 0",
     "catchup": "false",
@@ -92,10 +100,27 @@ def parse_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-def after_load(value: str, target: str) -> tuple[str, ...]:
+def blocks(value: str, target: str, postgres_default: str) -> tuple[str, ...]:
+    """Meltano blocks from a setting: "auto" (a default for target-postgres only) or "none"."""
     if value == "auto":
-        return ("guestdata-pg-types:timestamptz",) if target == "target-postgres" else ()
+        return (postgres_default,) if target == "target-postgres" else ()
     return () if value.lower() == "none" else tuple(value.split())
+
+
+def after_load(value: str, target: str) -> tuple[str, ...]:
+    return blocks(value, target, "guestdata-pg-types:timestamptz")
+
+
+def transform_blocks(value: str, target: str) -> tuple[str, ...]:
+    return blocks(value, target, "dbt-postgres:build")
+
+
+def raw_asset(group: str) -> Asset:
+    """What a load task publishes: the raw tables of its stream group, in the warehouse."""
+    return Asset(name=f"guestdata_raw_{group}", uri=f"guestdata://raw/{group}", group="guestdata")
+
+
+MODELS_ASSET = Asset(name="guestdata_models", uri="guestdata://models", group="guestdata")
 
 
 @dataclass(frozen=True)
@@ -105,6 +130,7 @@ class PipelineConfig:
     environment: str
     target: str
     after_load: tuple[str, ...]
+    transform: tuple[str, ...]
     schedule: str | None
     refresh_schedule: str | None
     catchup: bool
@@ -115,6 +141,7 @@ class PipelineConfig:
     max_retry_delay: timedelta
     task_timeout: timedelta
     refresh_timeout: timedelta
+    transform_timeout: timedelta
     queue: str | None
 
     @classmethod
@@ -128,6 +155,7 @@ class PipelineConfig:
             environment=read("meltano_environment"),
             target=read("meltano_target"),
             after_load=after_load(read("meltano_after_load"), read("meltano_target")),
+            transform=transform_blocks(read("meltano_transform"), read("meltano_target")),
             schedule=schedule(read("schedule")),
             refresh_schedule=schedule(read("refresh_schedule")),
             catchup=read("catchup").lower() in ("1", "true", "yes", "on"),
@@ -138,6 +166,7 @@ class PipelineConfig:
             max_retry_delay=timedelta(minutes=float(read("max_retry_delay_minutes"))),
             task_timeout=timedelta(minutes=float(read("task_timeout_minutes"))),
             refresh_timeout=timedelta(minutes=float(read("refresh_timeout_minutes"))),
+            transform_timeout=timedelta(minutes=float(read("transform_timeout_minutes"))),
             queue=read("queue") or None,
         )
 
@@ -231,13 +260,32 @@ def meltano_task(
         skip_on_exit_code=None,  # every non-zero exit is a failure (meltano never means "skip")
         pool=slot.pool,
         execution_timeout=timeout,
+        # Published only when the task succeeds: the transform DAG is scheduled on these.
+        outlets=[raw_asset(group)],
         doc_md=f"`meltano run {EXTRACTOR}--{group} {config.target}`: {streams}. "
         f"Key: {slot.key_variable or 'from Meltano config'}; pool `{slot.pool}`.",
         **({"queue": config.queue} if config.queue else {}),
     )
 
 
-def build_dags(config: PipelineConfig) -> tuple[DAG, DAG]:
+def transform_task(config: PipelineConfig) -> BashOperator:
+    """`meltano run dbt-postgres:build`: no API calls, so no key and no key pool."""
+    run = [config.meltano_bin, f"--environment={config.environment}", "run", "--no-install"]
+    return BashOperator(
+        task_id="dbt_build",
+        bash_command=shlex.join([*run, *config.transform]),
+        cwd=config.project_root,
+        append_env=True,  # TARGET_POSTGRES_* from the worker: the same database as the loads
+        skip_on_exit_code=None,
+        execution_timeout=config.transform_timeout,
+        outlets=[MODELS_ASSET],
+        doc_md="`dbt build` of transform/: staging, marts, and the reconciliation tests "
+        "(an error-severity failure fails the task; warnings are in its log).",
+        **({"queue": config.queue} if config.queue else {}),
+    )
+
+
+def build_dags(config: PipelineConfig) -> tuple[DAG, DAG, DAG | None]:
     slots = assign_keys([*STREAM_GROUPS, REFRESH_GROUP], config.api_key_variables)
     common = {
         "start_date": datetime(2026, 1, 1, tzinfo=timezone.utc),
@@ -280,7 +328,20 @@ def build_dags(config: PipelineConfig) -> tuple[DAG, DAG]:
             timeout=config.refresh_timeout,
             streams=REFRESH_STREAMS,
         )
-    return incremental, refresh
+    if not config.transform:
+        return incremental, refresh, None
+    with DAG(
+        TRANSFORM_DAG_ID,
+        # All five daily groups loaded since the last build, or the weekly refresh did.
+        schedule=AssetAll(*map(raw_asset, STREAM_GROUPS)) | raw_asset(REFRESH_GROUP),
+        description="dbt build of the models once the loads have published their assets",
+        doc_md=__doc__,
+        **{**common, "tags": ["guestdata", "meltano", "dbt"]},
+    ) as transform:
+        transform_task(config)
+    return incremental, refresh, transform
 
 
-guestdata_meltano, guestdata_meltano_weekly_refresh = build_dags(PipelineConfig.load())
+guestdata_meltano, guestdata_meltano_weekly_refresh, guestdata_transform = build_dags(
+    PipelineConfig.load()
+)

@@ -3,8 +3,9 @@
 Steps: start the sandbox on a free port; pick a PostgreSQL (a server that answers, else an
 embedded one from the `pgserver` wheel: real PostgreSQL binaries, so target-postgres runs
 unchanged); recreate the demo database; `meltano install`; `meltano --environment=dev run
-guestdata-to-postgres`; then compare every table with the sandbox's `/_sandbox/truth`: row count,
-primary keys and every field's value. Exits 1 on any difference.
+guestdata-to-postgres` (load, then `dbt build` of transform/); compare every table with the
+sandbox's `/_sandbox/truth`: row count, primary keys and every field's value; print a short
+report from the marts. Exits 1 on any difference (or a failed dbt test).
 
 The comparison helpers are also used by the end-to-end tests (tests/e2e), so the demo's verdict
 is itself tested.
@@ -36,11 +37,12 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
 DEMO_DATABASE = "guestdata_demo"
 TARGET_SCHEMA = "guestdata"
+MODELS_SCHEMA = f"{TARGET_SCHEMA}_analytics"  # transform/profiles.yml: <raw schema>_analytics
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 EMBEDDED_PGDATA = PROJECT_ROOT / ".meltano" / "demo-postgres"
 
 # What the job needs; `meltano install` alone would also fetch target-snowflake and the mapper.
-DEMO_PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types")
+DEMO_PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types", "dbt-postgres")
 
 # Stream -> primary key, as the tap declares them; the order is the report's order.
 STREAM_KEYS: dict[str, tuple[str, ...]] = {
@@ -432,11 +434,71 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print(report(checks))
         print()
+        print(marts_report(destination.conninfo(DEMO_DATABASE)))
+        print()
         print(query_hint(destination, args.embedded_pgdata))
     elapsed = time.monotonic() - started
     ok = all(check.matches for check in checks)
     print(f"==> {'OK' if ok else 'MISMATCH'}: demo finished in {elapsed:.0f} s")
     return 0 if ok else 1
+
+
+# ---------------------------------------------------------------- the marts' report
+
+BUSIEST_VENUES = """
+SELECT venue_name, sum(visits)
+FROM {schema}.fct_venue_daily
+WHERE date > (SELECT max(date) FROM {schema}.fct_venue_daily) - 30
+GROUP BY venue_id, venue_name ORDER BY sum(visits) DESC, venue_name LIMIT 5
+"""
+OPT_IN_RATE = """
+SELECT sum(marketing_opt_ins), sum(visits),
+       (SELECT count(*) FROM {schema}.marketing_audience)
+FROM {schema}.fct_venue_daily
+WHERE date > (SELECT max(date) FROM {schema}.fct_venue_daily) - 30
+"""
+TIER_MIX = """
+SELECT coalesce(tier_name, 'untiered'), count(*)
+FROM {schema}.dim_members WHERE member_status = 'active'
+GROUP BY tier_name, tier_key ORDER BY min(coalesce(points_12m, 0)) , 1
+"""
+REDEMPTION_RATES = """
+SELECT offer_name, issued, redeemed, redemption_rate
+FROM {schema}.fct_offer_performance WHERE issued > 0
+ORDER BY redemption_rate DESC, offer_name
+"""
+
+
+def percent(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def marts_report(conninfo: str, schema: str = MODELS_SCHEMA) -> str:
+    """Four answers a venue operator asks first, read from the marts dbt built."""
+    with psycopg.connect(conninfo) as connection:
+
+        def rows(query: str) -> list[tuple]:
+            return connection.execute(query.format(schema=schema)).fetchall()
+
+        busiest = rows(BUSIEST_VENUES)
+        opt_ins, visits, audience = rows(OPT_IN_RATE)[0]
+        tiers = rows(TIER_MIX)
+        offers = rows(REDEMPTION_RATES)
+    members = sum(count for _, count in tiers)
+    lines = [f"Report from the marts (schema {schema}):", "  busiest venues, last 30 days:"]
+    lines += [f"    {name:<40}{count:>7} visits" for name, count in busiest]
+    lines.append(
+        f"  opt-in rate, last 30 days: {percent(opt_ins or 0, visits or 0)} of {visits or 0} "
+        f"visits; {audience} people may be sent marketing now"
+    )
+    mix = ", ".join(f"{tier} {percent(count, members)}" for tier, count in tiers)
+    lines.append(f"  member tier mix ({members} active): {mix}")
+    lines.append("  redemption rate by offer:")
+    lines += [
+        f"    {name:<40}{percent(float(rate), 1):>5} ({redeemed} of {issued})"
+        for name, issued, redeemed, rate in offers
+    ]
+    return "\n".join(lines)
 
 
 def query_hint(destination: Destination, pgdata: Path) -> str:

@@ -25,10 +25,21 @@ def seconds(value: Any) -> float | None:
     return None if value is None else value.total_seconds()
 
 
+def asset_condition(condition: Any) -> Any:
+    if condition is None:
+        return None
+    if hasattr(condition, "objects"):  # AssetAll / AssetAny
+        kind = "all" if type(condition).__name__ == "AssetAll" else "any"
+        return {kind: [asset_condition(part) for part in condition.objects]}
+    return condition.name
+
+
 def describe_dag(dag: Any) -> dict[str, Any]:
     return {
         "schedule": dag.schedule if dag.schedule is None else str(dag.schedule),
         "timetable": type(dag.timetable).__name__,
+        # Asset-scheduled DAGs: the condition as nested {"all"|"any": [...]} of asset names.
+        "asset_condition": asset_condition(getattr(dag.timetable, "asset_condition", None)),
         "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs,
         "dagrun_timeout": seconds(dag.dagrun_timeout),
@@ -49,6 +60,7 @@ def describe_dag(dag: Any) -> dict[str, Any]:
                 "cwd": task.cwd,
                 "queue": task.queue,
                 "upstream": sorted(task.upstream_task_ids),
+                "outlets": [asset.name for asset in task.outlets],
             }
             for task in dag.tasks
         },

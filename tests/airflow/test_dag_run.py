@@ -1,10 +1,12 @@
-"""Both DAGs run for real with `dag.test()`: sandbox -> Meltano -> a throwaway PostgreSQL database.
+"""The DAGs run for real with `dag.test()`: sandbox -> Meltano -> a throwaway PostgreSQL database.
 
 One test, in order: the daily DAG (five groups, three keys) loads every table equal to the
-sandbox's truth, each group reading with the key its pool guards and saving its own state id;
-then a guest's marketing consent flips in the sandbox and the weekly refresh DAG brings the
-warehouse up to date. Airflow: a throwaway AIRFLOW_HOME and SQLite metadata database, migrated
-with `airflow db migrate`; every Airflow process is a subprocess (see dag_testing.py).
+sandbox's truth, each group reading with the key its pool guards, saving its own state id and
+publishing its group's asset; the transform DAG (scheduled on those assets) then builds the
+models into the same database; then a guest's marketing consent flips in the sandbox and the
+weekly refresh DAG brings the warehouse up to date. Airflow: a throwaway AIRFLOW_HOME and
+SQLite metadata database, migrated with `airflow db migrate`; every Airflow process is a
+subprocess (see dag_testing.py).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import demo_pipeline  # scripts/ is not a package; the demo's checks are reused
 pytestmark = pytest.mark.airflow
 
 MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
-PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types")
+PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types", "dbt-postgres")
 # Three keys for five groups and the refresh: round-robin gives core/offers key 1,
 # members/stats key 2, rewards/refresh key 3. Two come from Airflow Variables, one from a plain
 # environment variable of the worker.
@@ -193,6 +195,18 @@ def check_against_truth(database_url: str, truth: dict[str, Any]) -> None:
     assert sum(check.rows_in_database for check in checks) > 0
 
 
+def check_models_against_truth(database_url: str, truth: dict[str, Any]) -> None:
+    """The marts exist in the loads' database, in <raw schema>_analytics; venue days as the API."""
+    schema = f"{demo_pipeline.TARGET_SCHEMA}_analytics"
+    with psycopg.connect(database_url) as connection:
+        query = sql.SQL("SELECT venue_id, date::text, visits FROM {}").format(
+            sql.Identifier(schema, "fct_venue_daily")
+        )
+        built = {(venue, day): visits for venue, day, visits in connection.execute(query)}
+    expected = {(row["venue_id"], row["date"]): row["visits"] for row in truth["daily_stats"]}
+    assert built == expected
+
+
 def keys_by_group(sandbox: SandboxProcess) -> dict[str, set[str]]:
     used: dict[str, set[str]] = {}
     for request in sandbox.requests_log():
@@ -234,6 +248,15 @@ def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
     assert state_ids(airflow) == [
         f"dev:tap-guestdata--{group}-to-target-postgres" for group in sorted(DAILY_KEYS)
     ]
+    assert daily["assets_published"] == sorted(f"guestdata_raw_{group}" for group in DAILY_KEYS)
+
+    # What the scheduler does once all five assets are updated: the transform DAG's run.
+    started = time.monotonic()
+    transform = airflow.dag_test("guestdata_transform")
+    transform_seconds = time.monotonic() - started
+    assert transform == {**transform, "state": "success", "tasks": {"dbt_build": "success"}}
+    assert transform["assets_published"] == ["guestdata_models"]
+    check_models_against_truth(database_url, sandbox.truth(OWNER_KEYS[0]))
 
     # A consent change leaves the guest's place in the API's order as it was; the weekly full
     # refresh reads every guest again.
@@ -257,11 +280,13 @@ def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
     check_against_truth(database_url, sandbox.truth(OWNER_KEYS[0]))
     used = keys_by_group(sandbox)
     assert used == {"core": {REFRESH_KEY}, "stats": {REFRESH_KEY}}  # guests and stats only
+    assert refresh["assets_published"] == ["guestdata_raw_refresh"]
     assert "dev:tap-guestdata--refresh-to-target-postgres" in state_ids(airflow)
 
     # Keys reach Meltano through the environment only, never through the DAG's output.
     assert OWNER_KEYS[1] not in airflow.output()
     print(
         f"\ndag.test(): daily DAG {daily_seconds:.1f} s (in Airflow {daily['seconds']:.1f} s), "
+        f"transform {transform_seconds:.1f} s, "
         f"weekly refresh {refresh_seconds:.1f} s (in Airflow {refresh['seconds']:.1f} s)"
     )

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.airflow
 
 DAILY = "guestdata_meltano"
 REFRESH = "guestdata_meltano_weekly_refresh"
+TRANSFORM = "guestdata_transform"
 GROUPS = ["core", "members", "rewards", "offers", "stats"]
 KEY_NAMES = [f"guestdata_api_key_{n}" for n in range(1, 6)]
 
@@ -27,14 +28,19 @@ def pools(count: int) -> list[str]:
     return [f"guestdata_api_key_{n}" for n in range(1, max(count, 1) + 1)]
 
 
+def known_pools(count: int) -> list[str]:
+    """What a DagBag knows: Airflow's own default_pool (the models' task) and the key pools."""
+    return ["default_pool", *pools(count)]
+
+
 SCENARIOS: dict[str, dict[str, Any]] = {
-    "defaults": {"env": {}, "known_pools": pools(0)},
+    "defaults": {"env": {}, "known_pools": known_pools(0)},
     # Pool validation is live: a DagBag that knows only the default pool warns about ours.
     "pools_missing": {"env": {}, "known_pools": ["default_pool"]},
     **{
         f"keys_{count}": {
             "env": {"GUESTDATA_API_KEY_VARIABLES": ",".join(KEY_NAMES[:count])},
-            "known_pools": pools(count),
+            "known_pools": known_pools(count),
         }
         for count in range(1, 6)
     },
@@ -59,7 +65,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "GUESTDATA_PROJECT_ROOT": "/srv/tap-guestdata",
             "GUESTDATA_QUEUE": "meltano",
         },
-        "known_pools": pools(2),
+        "known_pools": known_pools(2),
         "api_keys": ["guestdata_k1", "GUESTDATA_TEST_K2", "guestdata_missing"],
     },
 }
@@ -94,7 +100,9 @@ def test_every_file_in_dags_imports_without_errors(loaded: dict[str, dict[str, A
     assert list(DAGS_FOLDER.glob("*.py")), "no DAG files"
     for name, result in loaded.items():
         assert result["import_errors"] == {}, name
-        assert set(result["dags"]) == {DAILY, REFRESH}, name
+        # No models for a target other than target-postgres (the "overrides" scenario).
+        expected = {DAILY, REFRESH} if name == "overrides" else {DAILY, REFRESH, TRANSFORM}
+        assert set(result["dags"]) == expected, name
 
 
 def test_parsing_is_cheap_and_starts_no_process(loaded: dict[str, dict[str, Any]]) -> None:
@@ -146,7 +154,7 @@ def test_schedules_are_cron_without_catchup_and_one_run_at_a_time(
 ) -> None:
     dags = loaded["defaults"]["dags"]
     assert dags[DAILY]["schedule"] == "0 5 * * *"
-    for dag in dags.values():
+    for dag in (dags[DAILY], dags[REFRESH]):
         assert dag["timetable"] == "CronTriggerTimetable"
         assert dag["catchup"] is False
         assert dag["max_active_runs"] == 1
@@ -243,3 +251,28 @@ def test_settings_come_from_variables_then_environment(
         "target-snowflake"
         ' && status=0 || status=$?\nexit "$status"'
     )
+
+
+def test_each_load_task_publishes_the_asset_of_its_group(
+    loaded: dict[str, dict[str, Any]],
+) -> None:
+    for task_id, task in all_tasks(loaded["defaults"]).items():
+        assert task["outlets"] == [f"guestdata_raw_{task_id}"], task_id
+
+
+def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
+    loaded: dict[str, dict[str, Any]],
+) -> None:
+    transform = loaded["defaults"]["dags"][TRANSFORM]
+    assert transform["timetable"] == "AssetTriggeredTimetable"
+    assert transform["asset_condition"] == {
+        "any": [{"all": [f"guestdata_raw_{group}" for group in GROUPS]}, "guestdata_raw_refresh"]
+    }
+    assert transform["max_active_runs"] == 1
+    assert transform["catchup"] is False
+    task = transform["tasks"]["dbt_build"]
+    assert task["bash_command"] == "meltano --environment=prod run --no-install dbt-postgres:build"
+    assert task["pool"] == "default_pool", "no API calls: no key pool"
+    assert task["outlets"] == ["guestdata_models"]
+    assert task["append_env"] is True
+    assert task["execution_timeout"] == 3600

@@ -37,7 +37,13 @@ import demo_pipeline  # noqa: E402  (scripts/ is not a package; the demo's check
 pytestmark = pytest.mark.e2e
 
 MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
-PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types", "meltano-map-transformer")
+PLUGINS = (
+    "tap-guestdata",
+    "target-postgres",
+    "guestdata-pg-types",
+    "meltano-map-transformer",
+    "dbt-postgres",  # the jobs end with dbt build
+)
 # A full run reads every member's ledger: without a client-side cap the suite stays quick.
 # The sandbox's own limits are off here; rate limiting is the tap suite's business.
 ERROR_WORDS = re.compile(r"error|exception|traceback|failed", re.IGNORECASE)

@@ -43,6 +43,11 @@ def test_demo_loads_the_embedded_postgres_and_every_table_matches(tmp_path: Path
         assert cells[1] == cells[2] and cells[3] == "yes", (stream, cells)
         assert int(cells[1]) > 0, f"{stream}: the demo should load rows"
     assert "differing: 0" in result.stdout
+    # dbt built the models (the job's last step) and the report reads the marts.
+    report = result.stdout.split("Report from the marts")[1]
+    for heading in ("busiest venues", "opt-in rate", "member tier mix", "redemption rate"):
+        assert heading in report, heading
+    assert "people may be sent marketing now" in report
 
 
 # The demo's verdict is only worth something if it catches what a loader can get wrong.

@@ -1,0 +1,135 @@
+"""Helpers of the dbt tests: a dbt runner, its results, the marts' rows, the shared fixtures.
+
+The PostgreSQL server, database and Meltano fixtures are the e2e suite's (tests/e2e/conftest.py,
+loaded here by path and re-exported by this directory's conftest.py), so there is one definition.
+Builds after the first call the plugin's dbt directly (no Meltano start-up) with the PG*
+variables meltano.yml's dbt-postgres utility would hand it, and a target directory of their own
+so each build's run_results.json can be read.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" / "dbt"
+TRANSFORM = PROJECT_ROOT / "transform"
+RAW_SCHEMA = "guestdata"
+MARTS = (
+    "fct_venue_daily",
+    "dim_members",
+    "fct_rewards",
+    "fct_offer_performance",
+    "marketing_audience",
+)
+
+_spec = importlib.util.spec_from_file_location(
+    "e2e_fixtures", PROJECT_ROOT / "tests" / "e2e" / "conftest.py"
+)
+assert _spec is not None and _spec.loader is not None
+e2e = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = e2e  # its dataclasses look their module up there
+_spec.loader.exec_module(e2e)
+MeltanoProject = e2e.MeltanoProject
+demo_pipeline = e2e.demo_pipeline
+FAST_TAP = e2e.FAST_TAP
+
+
+@dataclass
+class DbtRun:
+    returncode: int
+    output: str
+    results: dict[str, dict[str, Any]]  # node name -> {"status", "failures", "resource_type"}
+
+    def statuses(self, resource_type: str) -> dict[str, str]:
+        return {
+            name: result["status"]
+            for name, result in self.results.items()
+            if result["resource_type"] == resource_type
+        }
+
+
+@dataclass
+class Dbt:
+    """dbt of the Meltano plugin on one database and raw schema."""
+
+    env: dict[str, str]
+    target_dir: Path
+
+    def build(self, *args: str) -> DbtRun:
+        result = subprocess.run(
+            [
+                str(DBT),
+                "build",
+                *("--project-dir", str(TRANSFORM), "--profiles-dir", str(TRANSFORM)),
+                *("--target-path", str(self.target_dir), *args),
+            ],
+            cwd=PROJECT_ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        return DbtRun(
+            result.returncode, result.stdout + result.stderr, read_results(self.target_dir)
+        )
+
+
+def read_results(target_dir: Path) -> dict[str, dict[str, Any]]:
+    path = target_dir / "run_results.json"
+    if not path.exists():
+        return {}
+    results = json.loads(path.read_text())["results"]
+    # unique_id: <type>.<project>.<name>[.<hash of a generic test's arguments>]
+    return {
+        result["unique_id"].split(".")[2]: {
+            "status": result["status"],
+            "failures": result["failures"],
+            "resource_type": result["unique_id"].split(".")[0],
+        }
+        for result in results
+    }
+
+
+def dbt_env(destination: Any, database: str, raw_schema: str = RAW_SCHEMA) -> dict[str, str]:
+    """What meltano.yml's dbt-postgres utility hands dbt (its `env:` names)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PG", "DBT_"))}
+    env.update(
+        {
+            "PGHOST": destination.host,
+            "PGPORT": str(destination.port),
+            "PGUSER": destination.user,
+            "PGPASSWORD": destination.password,
+            "PGDATABASE": database,
+            "GUESTDATA_PG_SCHEMA": raw_schema,
+            "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+            "DBT_USE_COLORS": "false",
+        }
+    )
+    return env
+
+
+def meltano_env_with_dbt_paths(env: dict[str, str], target_dir: Path) -> dict[str, str]:
+    """Meltano's dbt writes into the test's own target dir (never the repo's transform/target)."""
+    return {**env, "DBT_TARGET_PATH": str(target_dir), "DBT_LOG_PATH": str(target_dir / "logs")}
+
+
+def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:
+    """Every mart's rows, sorted, for comparing two builds."""
+    tables: dict[str, list[tuple]] = {}
+    with psycopg.connect(conninfo) as connection:
+        for mart in MARTS:
+            query = sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, mart))
+            tables[mart] = sorted(connection.execute(query).fetchall(), key=repr)
+    return tables

@@ -1,0 +1,39 @@
+{#- The current row per primary key of a raw table. target-postgres upserts on the key, but an
+    append-only load or a replayed batch can still leave several rows; ACTIVATE_VERSION marks
+    rows a full-table sync no longer saw with _sdc_deleted_at, and those are gone. -#}
+{% macro latest_rows(table, keys) -%}
+select *
+from (
+    select
+        raw_rows.*,
+        row_number() over (
+            partition by {{ keys | join(', ') }}
+            order by raw_rows._sdc_batched_at desc, raw_rows._sdc_sequence desc
+        ) as loader_row_rank
+    from {{ source('guestdata', table) }} as raw_rows
+    where raw_rows._sdc_deleted_at is null
+) as ranked
+where loader_row_rank = 1
+{%- endmacro %}
+
+{#- A contact as one person: the email (lower case), or the phone where the splash page collects
+    a phone instead (spec 2.4 unique_guests: matched on email, or on mobile number). -#}
+{% macro contact_key(email, phone) -%}
+  coalesce(nullif(lower(trim({{ email }})), ''), nullif(trim({{ phone }}), ''))
+{%- endmacro %}
+
+{#- spec 2.3 / 2.8: masked contacts are partly replaced with asterisks. -#}
+{% macro is_masked(email, phone) -%}
+  (coalesce({{ email }}, '') like '%*%' or coalesce({{ phone }}, '') like '%*%')
+{%- endmacro %}
+
+{#- The columns /stats rows share (spec 2.4), per venue or for the account. A day read before it
+    ended holds partial counts (the next run re-reads it): is_final says whether it had ended. -#}
+{% macro api_stats_columns() -%}
+    cast(visits as {{ dbt.type_bigint() }}) as visits,
+    cast(unique_guests as {{ dbt.type_bigint() }}) as unique_guests,
+    cast(marketing_opt_ins as {{ dbt.type_bigint() }}) as marketing_opt_ins,
+    _sdc_extracted_at as read_at,
+    {{ london_date('_sdc_extracted_at') }} > cast(date as date) as is_final,
+    _sdc_batched_at as loaded_at
+{%- endmacro %}

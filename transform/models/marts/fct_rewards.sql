@@ -1,0 +1,49 @@
+-- One row per issued reward, with its redemption (the latest, if voided and redeemed again)
+-- and offer, the time to redeem, and the status as the API read it.
+with rewards as (
+    select * from {{ ref('stg_guestdata__rewards') }}
+),
+
+redemptions as (
+    select
+        *,
+        row_number() over (
+            partition by reward_id order by redeemed_at desc, redemption_id desc
+        ) as newest_first
+    from {{ ref('stg_guestdata__redemptions') }}
+),
+
+offers as (
+    select * from {{ ref('stg_guestdata__offers') }}
+)
+
+select
+    rewards.reward_id,
+    rewards.offer_id,
+    offers.offer_name,
+    offers.kind as offer_kind,
+    offers.status as offer_status,
+    rewards.member_id,
+    rewards.issued_venue_id,
+    rewards.issued_via,
+    rewards.issued_at,
+    rewards.issued_on,
+    rewards.expires_at,
+    rewards.points_spent,
+    rewards.status_as_read,
+    redemptions.redemption_id,
+    redemptions.status as redemption_status,
+    coalesce(redemptions.status = 'completed', false) as is_redeemed,
+    redemptions.redeemed_at,
+    redemptions.redeemed_on,
+    redemptions.venue_id as redeemed_venue_id,
+    redemptions.channel as redemption_channel,
+    redemptions.currency as redemption_currency,
+    redemptions.face_value_minor,
+    redemptions.discount_applied_minor,
+    {{ seconds_between('rewards.issued_at', 'redemptions.redeemed_at') }} as seconds_to_redeem
+from rewards
+left join redemptions
+    on redemptions.reward_id = rewards.reward_id and redemptions.newest_first = 1
+left join offers
+    on offers.offer_id = rewards.offer_id

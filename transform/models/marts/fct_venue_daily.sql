@@ -1,0 +1,74 @@
+-- One row per venue and London day over the whole guest history, counted from guest rows by
+-- the rules of spec 2.4, with the API's own daily_stats beside them where that day was loaded.
+with guests as (
+    select * from {{ ref('stg_guestdata__guests') }}
+),
+
+venues as (
+    select * from {{ ref('stg_guestdata__venues') }}
+),
+
+-- The guest history is complete up to the London day of its latest read.
+as_of as (
+    select max({{ london_date('read_at') }}) as as_of_date from guests
+),
+
+day_numbers as (
+    {{ dbt.generate_series(var('guestdata_max_history_days')) }}
+),
+
+venue_days as (
+    select
+        venues.venue_id,
+        cast({{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} as date) as date
+    from venues
+    cross join day_numbers
+    cross join as_of
+    where {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} <= as_of.as_of_date
+),
+
+-- Days with arrivals are kept even outside the venue's lifetime, so no guest row is lost.
+spine as (
+    select venue_id, date from venue_days
+    union
+    select venue_id, visited_on as date from guests
+),
+
+from_guests as (
+    select
+        venue_id,
+        visited_on as date,
+        count(*) as visits,
+        count(distinct contact_key) as unique_guests,
+        sum(case when has_marketing_consent then 1 else 0 end) as marketing_opt_ins,
+        sum(case when is_return_visit then 1 else 0 end) as return_visits
+    from guests
+    group by venue_id, visited_on
+),
+
+api as (
+    select * from {{ ref('stg_guestdata__daily_stats') }}
+)
+
+select
+    spine.venue_id,
+    venues.venue_name,
+    spine.date,
+    coalesce(from_guests.visits, 0) as visits,
+    coalesce(from_guests.unique_guests, 0) as unique_guests,
+    coalesce(from_guests.marketing_opt_ins, 0) as marketing_opt_ins,
+    coalesce(from_guests.return_visits, 0) as return_visits,
+    spine.date < as_of.as_of_date as is_complete_day,
+    api.visits as api_visits,
+    api.unique_guests as api_unique_guests,
+    api.marketing_opt_ins as api_marketing_opt_ins,
+    api.stats_date is not null as has_api_stats,
+    coalesce(api.is_final, false) as api_stats_final
+from spine
+cross join as_of
+left join venues
+    on venues.venue_id = spine.venue_id
+left join from_guests
+    on from_guests.venue_id = spine.venue_id and from_guests.date = spine.date
+left join api
+    on api.venue_id = spine.venue_id and api.stats_date = spine.date

@@ -1,0 +1,70 @@
+-- One row per person who may be sent marketing now: consent as last read (spec 2.3: the
+-- person's answer now, on every arrival row), never an old visit's flag, never a masked
+-- contact, never the contact of an anonymised member.
+with guests as (
+    select * from {{ ref('stg_guestdata__guests') }}
+    where contact_key is not null and not is_contact_masked
+),
+
+latest_read as (
+    select
+        *,
+        row_number() over (
+            partition by contact_key
+            order by read_at desc, visited_at desc, guest_visit_id desc
+        ) as newest_first
+    from guests
+),
+
+visits as (
+    select
+        contact_key,
+        count(*) as visits,
+        min(visited_at) as first_visit_at,
+        max(visited_at) as last_visit_at,
+        count(distinct venue_id) as venue_count,
+        {{ array_agg_distinct_sorted('venue_id') }} as venue_ids
+    from guests
+    group by contact_key
+),
+
+last_visit as (
+    select
+        contact_key,
+        venue_id,
+        row_number() over (
+            partition by contact_key order by visited_at desc, guest_visit_id desc
+        ) as newest_first
+    from guests
+),
+
+erased as (
+    select contact_key from {{ ref('stg_guestdata__members') }}
+    where member_status = 'anonymised' and contact_key is not null
+    union
+    select nullif(trim(phone), '') from {{ ref('stg_guestdata__members') }}
+    where member_status = 'anonymised' and nullif(trim(phone), '') is not null
+)
+
+select
+    latest_read.contact_key,
+    latest_read.contact_type,
+    latest_read.email,
+    latest_read.phone,
+    latest_read.first_name,
+    latest_read.last_name,
+    visits.visits,
+    visits.first_visit_at,
+    visits.last_visit_at,
+    last_visit.venue_id as last_visit_venue_id,
+    visits.venue_count,
+    visits.venue_ids
+from latest_read
+inner join visits on visits.contact_key = latest_read.contact_key
+inner join last_visit
+    on last_visit.contact_key = latest_read.contact_key and last_visit.newest_first = 1
+left join erased
+    on erased.contact_key = latest_read.contact_key
+where latest_read.newest_first = 1
+    and latest_read.has_marketing_consent
+    and erased.contact_key is null

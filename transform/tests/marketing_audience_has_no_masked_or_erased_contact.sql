@@ -1,0 +1,18 @@
+-- Never send marketing to a masked contact (spec 2.3/2.8: asterisks) or to a member erased
+-- under GDPR. Either would be a bug in the model, so it errors.
+{{ config(
+    severity='error',
+    meta={'advice': "marketing_audience holds a masked or erased contact: do not export it; report this as a bug of the models."}
+) }}
+
+select audience.contact_key, 'masked' as problem
+from {{ ref('marketing_audience') }} as audience
+where {{ is_masked('audience.email', 'audience.phone') }}
+
+union all
+
+select audience.contact_key, 'anonymised member' as problem
+from {{ ref('marketing_audience') }} as audience
+inner join {{ ref('stg_guestdata__members') }} as members
+    on members.member_status = 'anonymised'
+    and (members.contact_key = audience.contact_key or members.phone = audience.phone)
