@@ -17,7 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 MARKER = "<!-- SECTIONS BELOW ARE ASSEMBLED FROM docs/*.md -->"
 ABOUT_MARKER = "<!-- ABOUT: tap-guestdata --about --format=markdown -->"
-SECTIONS = ("tap.md", "meltano.md", "airflow.md", "security.md", "sandbox.md", "bench.md")
+SECTIONS = (
+    "tap.md",
+    "meltano.md",
+    "snowflake.md",
+    "airflow.md",
+    "security.md",
+    "sandbox.md",
+    "bench.md",
+)
 TAP = Path(sys.executable).parent / "tap-guestdata"
 
 
