@@ -6,26 +6,27 @@ lacks (guestdata_fakesnow/). Each module gets an empty folder of fakesnow databa
 and a throwaway Meltano state; `FakesnowWarehouse` reads the databases back through fakesnow,
 so queries are Snowflake SQL and types are Snowflake's.
 
-Reuse (e.g. dbt-snowflake models): the session fixture `fakesnow_venv` is a venv with fakesnow
-and `guestdata-fakesnow`; `guestdata-fakesnow run --db-path DIR dbt ...` runs any client on the
-databases a `snowflake_pipeline` loaded (`pipeline.warehouse.db_path`).
+Reuse (e.g. dbt-snowflake models): `snowflake_pipeline` loads the databases once per module
+(`pipeline.run()`), `pipeline.warehouse.query(sql)` reads them, and in any venv that has
+`tests/snowflake/guestdata_fakesnow` installed beside a Snowflake client,
+`guestdata-fakesnow run --db-path <pipeline.warehouse.db_path> dbt build ...` runs that client
+on the same databases.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import tempfile
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import demo_pipeline
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from snowflake_pipeline import (
     LOADER,
-    MELTANO,
     PLUGINS,
     PROJECT_ROOT,
     STATEMENT_LOG,
@@ -34,26 +35,18 @@ from snowflake_pipeline import (
 )
 
 pytestmark = pytest.mark.snowflake
+# The PostgreSQL suite's snapshot helpers (changed_keys) serve this suite too.
+sys.path.insert(0, str(PROJECT_ROOT / "tests" / "e2e"))
 
 
 @pytest.fixture(scope="session")
-def fakesnow_venv() -> Path:
+def fakesnow_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The loader's plugin venv (target-snowflake, fakesnow, guestdata-fakesnow), installed or
     found up to date once per session."""
+    scratch = tmp_path_factory.mktemp("snowflake-install")
     env = {key: value for key, value in os.environ.items() if not key.startswith("MELTANO_")}
-    with tempfile.TemporaryDirectory() as state_dir:
-        env["MELTANO_DATABASE_URI"] = f"sqlite:///{state_dir}/meltano.db"
-        for kind, name in PLUGINS:
-            result = subprocess.run(
-                [str(MELTANO), "install", kind, name],
-                cwd=PROJECT_ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=900,
-                check=False,
-            )
-            assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    env["MELTANO_DATABASE_URI"] = f"sqlite:///{scratch / 'meltano.db'}"
+    demo_pipeline.run_meltano(["install", *PLUGINS], env, scratch / "meltano-install.log")
     return PROJECT_ROOT / ".meltano" / "loaders" / LOADER / "venv"
 
 

@@ -18,9 +18,8 @@ from typing import Any
 import demo_pipeline
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
 LOADER = "target-snowflake--fakesnow"
-PLUGINS = (("extractor", "tap-guestdata"), ("loader", LOADER))
+PLUGINS = ("tap-guestdata", LOADER)
 JOB = ("--environment=dev", "run", "guestdata-to-snowflake-fakesnow")
 DATABASE = "RAW"  # meltano.yml: target-snowflake--fakesnow's database
 SCHEMA = "GUESTDATA"  # meltano.yml: target-snowflake's default_target_schema

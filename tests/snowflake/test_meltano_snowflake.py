@@ -20,6 +20,7 @@ import pytest
 import demo_pipeline
 from demo_pipeline import STREAM_KEYS, key_of
 from snowflake_pipeline import SCHEMA, SnowflakePipeline
+from test_meltano_postgres import changed_keys
 
 pytestmark = pytest.mark.snowflake
 
@@ -96,16 +97,6 @@ def business_rows(pipeline: SnowflakePipeline) -> dict[str, dict[tuple, dict]]:
         }
         for stream, rows in pipeline.warehouse.tables(list(STREAM_KEYS)).items()
     }
-
-
-def changed_keys(before: dict[str, dict], after: dict[str, dict]) -> dict[str, set]:
-    changes = {}
-    for stream in STREAM_KEYS:
-        old, new = before.get(stream, {}), after.get(stream, {})
-        keys = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
-        if keys:
-            changes[stream] = keys
-    return changes
 
 
 def statement_kind(statement: str) -> str:

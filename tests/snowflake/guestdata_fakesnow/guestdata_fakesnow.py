@@ -9,28 +9,32 @@ target-snowflake stages each batch in the user stage and reads it back inside it
         on ... when matched then update ... when not matched then insert ...
     remove '@~/target-snowflake/<sync_id>/'
 
-fakesnow supports named and table stages (PUT, COPY INTO) but neither the user stage, nor a
-query over staged files (`from <stage>(file_format => ...)`), nor REMOVE. This module adds
-exactly those three, at the cursor, before fakesnow parses the statement:
+fakesnow supports named and table stages (PUT, COPY INTO) but not the user stage, nor a query
+over staged files (`from <stage>(file_format => ...)`), nor REMOVE or DROP FILE FORMAT. This
+module adds those, at the cursor, before fakesnow parses the statement:
 
 - PUT to `@~/<path>`: the file is gzipped into a local user-stage folder by fakesnow's own
   upload code; the result rows are Snowflake's (source, target, sizes, status).
 - A query over `'@~/<path>'(file_format => F)`: F must be a JSON file format. The staged files
   are read with DuckDB's `read_json_objects` (what fakesnow's own JSON COPY uses) into a
   temporary table, one row per line in file order. In the statement, only the staged-file
-  reference becomes that table, `$1` its row column and `SEQ8()` its row number; everything
-  else (the MERGE, its casts, keys, QUALIFY de-duplication) is the target's own SQL, run by
-  fakesnow as usual.
+  reference becomes that table, `$1` its row column and `SEQ8()` its row number (fakesnow
+  renders SEQ8() as a window function, which DuckDB refuses inside the QUALIFY's window), and
+  QUALIFY's select aliases are spelt out (see `expand_qualify_aliases`). Everything else (the
+  MERGE, its casts, keys, ON/UPDATE/INSERT) is the target's own SQL, run by fakesnow as usual.
 - REMOVE `@~/<path>`: deletes the staged files under that prefix, with Snowflake's result rows.
+- DROP FILE FORMAT: removes the format from fakesnow's catalogue.
+- A session opened with a database and no schema uses PUBLIC, as in Snowflake (fakesnow's
+  MERGE asserts a current schema).
 
 Anything else that names `@~` (COPY INTO from the user stage, PUT options, other file types)
-raises fakesnow's "not implemented" error instead of guessing.
+raises fakesnow's "not implemented" error instead of guessing. `$GUESTDATA_FAKESNOW_STATEMENT_LOG`,
+if set, collects every statement clients sent (JSON lines), so tests can say what ran.
 
 Entry points (console scripts of this package):
 - `target-snowflake-fakesnow`: target-snowflake, patched; databases in `$FAKESNOW_DB_PATH`.
 - `guestdata-fakesnow run --db-path DIR PROGRAM [ARGS]`: any console script of this venv,
   patched (e.g. `dbt`), on the same databases.
-- `$GUESTDATA_FAKESNOW_STATEMENT_LOG`, if set, collects every statement clients sent.
 - `guestdata-fakesnow query --db-path DIR --database DB SQL...`: each statement's rows as JSON
   lines, values tagged so callers get datetimes, dates and decimals back (see `encode`).
 """
