@@ -32,7 +32,8 @@ raises fakesnow's "not implemented" error instead of guessing. `$GUESTDATA_FAKES
 if set, collects every statement clients sent (JSON lines), so tests can say what ran.
 
 Entry points (console scripts of this package):
-- `target-snowflake-fakesnow`: target-snowflake, patched; databases in `$FAKESNOW_DB_PATH`.
+- `target-snowflake-fakesnow`: target-snowflake, patched, draining one stream at a time
+  (fakesnow is not safe for concurrent transactions); databases in `$FAKESNOW_DB_PATH`.
 - `guestdata-fakesnow run --db-path DIR PROGRAM [ARGS]`: any console script of this venv,
   patched (e.g. `dbt`), on the same databases.
 - `guestdata-fakesnow query --db-path DIR --database DB SQL...`: each statement's rows as JSON
@@ -352,8 +353,19 @@ def target_snowflake() -> None:
     db_path = os.environ.get(DB_PATH_VARIABLE)
     if not db_path:
         sys.exit(f"{DB_PATH_VARIABLE} is not set: the folder fakesnow keeps its databases in")
+
+    class OneSinkAtATime(TargetSnowflake):
+        """The same target, draining one stream at a time. Snowflake serves concurrent
+        sessions; fakesnow does not: two MERGE transactions at once each make its temporary
+        `merge_candidates`, and one fails on commit ("PRIMARY KEY or UNIQUE constraint
+        violation: duplicate key "RAW, PUBLIC, MERGE_CANDIDATES"", seen under load)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.max_parallelism = 1
+
     with patched(db_path):
-        TargetSnowflake.cli()
+        OneSinkAtATime.cli()
 
 
 def encode(value: Any) -> Any:
