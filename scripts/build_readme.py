@@ -21,6 +21,7 @@ SECTIONS = (
     "tap.md",
     "meltano.md",
     "transform.md",
+    "snowflake.md",
     "airflow.md",
     "security.md",
     "sandbox.md",

@@ -1,0 +1,93 @@
+"""Snowflake fixtures: the real target-snowflake 0.20.4, run by Meltano against fakesnow.
+
+No account exists here. `target-snowflake--fakesnow` (meltano.yml) is the MeltanoLabs target in
+its own plugin venv with fakesnow (Snowflake emulated on DuckDB) and the user stage fakesnow
+lacks (guestdata_fakesnow/). Each module gets an empty folder of fakesnow databases, a sandbox
+and a throwaway Meltano state; `FakesnowWarehouse` reads the databases back through fakesnow,
+so queries are Snowflake SQL and types are Snowflake's.
+
+Reuse (e.g. dbt-snowflake models): `snowflake_pipeline` loads the databases once per module
+(`pipeline.run()`), `pipeline.warehouse.query(sql)` reads them, and in any venv that has
+`tests/snowflake/guestdata_fakesnow` installed beside a Snowflake client,
+`guestdata-fakesnow run --db-path <pipeline.warehouse.db_path> dbt build ...` runs that client
+on the same databases.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import demo_pipeline
+from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.testing import SandboxProcess
+from snowflake_pipeline import (
+    LOADER,
+    PLUGINS,
+    PROJECT_ROOT,
+    STATEMENT_LOG,
+    FakesnowWarehouse,
+    SnowflakePipeline,
+)
+
+pytestmark = pytest.mark.snowflake
+# The PostgreSQL suite's snapshot helpers (changed_keys) serve this suite too.
+sys.path.insert(0, str(PROJECT_ROOT / "tests" / "e2e"))
+
+
+@pytest.fixture(scope="session")
+def fakesnow_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The loader's plugin venv (target-snowflake, fakesnow, guestdata-fakesnow), installed or
+    found up to date once per session."""
+    scratch = tmp_path_factory.mktemp("snowflake-install")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MELTANO_")}
+    env["MELTANO_DATABASE_URI"] = f"sqlite:///{scratch / 'meltano.db'}"
+    demo_pipeline.run_meltano(["install", *PLUGINS], env, scratch / "meltano-install.log")
+    return PROJECT_ROOT / ".meltano" / "loaders" / LOADER / "venv"
+
+
+@pytest.fixture(scope="module")
+def snowflake_sandbox() -> Iterator[SandboxProcess]:
+    """The module's own sandbox: its tests may mutate it, in order."""
+    with SandboxProcess(size="small", seed=11, limits=False) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def snowflake_pipeline(
+    fakesnow_venv: Path, snowflake_sandbox: SandboxProcess, tmp_path_factory: pytest.TempPathFactory
+) -> SnowflakePipeline:
+    scratch = tmp_path_factory.mktemp("snowflake")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        # A user's own settings must not redirect the run (or reach a real account).
+        if not key.startswith(("TAP_GUESTDATA", "TARGET_SNOWFLAKE", "MELTANO_", "FAKESNOW"))
+    }
+    env.update(
+        {
+            "TAP_GUESTDATA_BASE_URL": snowflake_sandbox.base_url,
+            "TAP_GUESTDATA_REQUESTS_PER_MINUTE": "100000",  # the sandbox's limits are off
+            "TARGET_SNOWFLAKE__FAKESNOW_FAKESNOW_DB_PATH": str(scratch / "databases"),
+            STATEMENT_LOG: str(scratch / "statements.jsonl"),
+            "MELTANO_DATABASE_URI": f"sqlite:///{scratch / 'meltano.db'}",
+            "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
+            "NO_COLOR": "1",
+        }
+    )
+    return SnowflakePipeline(
+        env=env,
+        log_path=scratch / "meltano.log",
+        warehouse=FakesnowWarehouse(db_path=scratch / "databases", venv=fakesnow_venv),
+        statement_log=scratch / "statements.jsonl",
+    )
+
+
+@pytest.fixture(scope="module")
+def snowflake_truth(snowflake_sandbox: SandboxProcess):
+    """Ground truth now, for the owner's key (call it again after mutations)."""
+    return lambda: snowflake_sandbox.truth(OWNER_KEYS[0])
