@@ -274,9 +274,7 @@ def remove_programme(store: Store, account_id: Any) -> dict:
     return {}
 
 
-def add_field(
-    store: Store, path: Any, field: Any, value: Any = None, values: Any = None
-) -> dict:
+def add_field(store: Store, path: Any, field: Any, value: Any = None, values: Any = None) -> dict:
     """From now on every row of `path` carries `field` (a field already there takes the new
     value): `value` on every row, or `values` cycled over the rows by id."""
     try:

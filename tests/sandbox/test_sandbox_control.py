@@ -220,7 +220,7 @@ def test_add_and_remove_field_change_the_rows_of_a_path(fresh_sandbox: SandboxPr
     assert ledger and {line["channel"] for line in ledger} == {7}
     server.mutate("remove_field", path="/guests", field="phone")
     assert all("phone" not in row for row in get("/guests").json()["data"])
-    assert "loyalty_segment" not in get("/rewards/rewards").json()["data"][0]  # other paths as before
+    assert "loyalty_segment" not in get("/rewards/rewards").json()["data"][0]  # /guests only
     with pytest.raises(SandboxError):
         server.mutate("add_field", path="/venues", field="x", value=1)
     server.reset()
