@@ -95,8 +95,10 @@ class SchemaWatch:
         self.mode = runtime.settings.schema_drift
         self.active = stream.selected  # an unselected parent's rows are never written
         properties = stream.effective_schema.get("properties") or {}
+        mask = stream.mask  # a deselected field is never written: any value passes
         self.allowed: dict[str, Container[type]] = {
-            name: allowed_types(schema) for name, schema in properties.items()
+            name: allowed_types(schema) if mask[("properties", name)] else ANY_TYPE
+            for name, schema in properties.items()
         }
         self.declared_types = {name: schema.get("type") for name, schema in properties.items()}
         self.unseen: set[str] = set(properties)  # declared fields no row has carried yet
@@ -128,9 +130,9 @@ class SchemaWatch:
             if type(value) not in types and not conforms(value, types):
                 raise SchemaDriftError(
                     f"{self.stream.name}: record {self.identify(row)} has {name}={value!r:.60} "
-                    f"({type_name(value)}) where the schema declares {self.expected(name)}. The "
-                    "API changed the field's type, which a target's column cannot follow; "
-                    "report it to the vendor (or load it elsewhere) before syncing again"
+                    f"({type_name(value)}) where the schema declares {self.expected(name)}: "
+                    "the API changed the field's type, which the target's column cannot follow. "
+                    "Deselect the field in the catalog to sync without it"
                 )
         if self.unseen:
             self.unseen.difference_update(row)
@@ -189,12 +191,13 @@ class SchemaWatch:
         if not self.active or not self.records or not self.unseen:
             return
         self.stream.logger.warning(
-            "Schema drift: %s: declared field(s) %s never arrived in %d records; the API may "
+            "Schema drift: %s: declared field(s) %s never arrived in %s records; the API may "
             "have stopped sending them (their columns stay empty)",
             self.stream.name,
             ", ".join(sorted(self.unseen)),
-            self.records,
+            f"{self.records:,}",
         )
+        self.records = 0  # reported once
 
 
 def send_schema_with(stream: GuestDataStream, name: str, property_schema: dict[str, Any]) -> None:
