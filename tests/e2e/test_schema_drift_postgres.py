@@ -57,7 +57,8 @@ def test_a_field_added_mid_life_becomes_a_column_holding_its_values(
     new_ids = e2e_sandbox.mutate("add_guests", count=3)["ids"]
     incremental = meltano.run(*RUN_CORE, extra_env=TARGET_ENV)
     output = incremental.stdout + incremental.stderr
-    assert output.count(WARNING_TEXT) == 1, [l for l in output.splitlines() if "drift" in l]
+    drift_lines = [line for line in output.splitlines() if "drift" in line]
+    assert output.count(WARNING_TEXT) == 1, drift_lines
 
     column_type, values = guest_column(database)
     assert column_type in {"character varying", "text"}, column_type
