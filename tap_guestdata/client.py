@@ -317,9 +317,11 @@ class GuestDataStream(RESTStream[int]):
         return row
 
     def sync(self, context: Context | None = None) -> None:
+        # drift.py watches a whole stream and its children (a child syncs once per parent)
+        watched = [self, *self.descendent_streams] if context is None else []
+        drift.streams_starting(watched)
         super().sync(context)
-        if context is None:  # the whole stream, children included (a child syncs per parent)
-            drift.stream_ended([self, *self.descendent_streams])
+        drift.streams_ended(watched)
 
     def _utc_cursor(self, row: dict, key: str, value: Any) -> str:
         """The cursor value in UTC; a value that is not an instant stops the run, naming it."""

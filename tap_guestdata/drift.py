@@ -11,8 +11,8 @@ fields; a vendor adds fields without notice, and a target drops what SCHEMA does
   boolean is no integer) stops the run with one line. Null passes for every field: a missing
   value, which a nullable column holds, not a contradicting type.
 
-`check_row` runs for every row (GuestDataStream.post_process): the common case is one pass over
-the row with a dict lookup and an exact-type test per field; anything else takes the slow path.
+`check_row` runs for every row (GuestDataStream.post_process): the common case is one set
+lookup of the row's field names and value types; a shape not seen yet takes the slow path.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ JSON_TYPE_NAMES: dict[type, str] = {
     NONE_TYPE: "null",
 }
 _WATCH_ATTRIBUTE = "_schema_watch"
+SIGNATURES_KEPT = 4096  # per stream; rows of other shapes still pass, on the slow path
 
 
 class SchemaDriftError(FatalAPIError):
@@ -102,32 +103,32 @@ class SchemaWatch:
         }
         self.declared_types = {name: schema.get("type") for name, schema in properties.items()}
         self.unseen: set[str] = set(properties)  # declared fields no row has carried yet
+        self.conforming: set[tuple[Any, ...]] = set()  # row signatures checked and found fine
         self.records = 0
         self.warned: set[str] = set()
 
     def check(self, row: dict[str, Any]) -> None:
-        """The hot path: every field declared, every value of a declared type."""
+        """The hot path: a row's field names and value types as one tuple, looked up among
+        those already found to conform (a few per stream: nullable fields vary)."""
         if not self.active:
             return
         self.records += 1
-        allowed = self.allowed
-        for name, value in row.items():
-            types = allowed.get(name)
-            if types is None or type(value) not in types:
-                break
-        else:
-            if self.unseen:
-                self.unseen.difference_update(row)
-            return
-        self.inspect(row)
+        signature = (*row, *map(type, row.values()))
+        if signature not in self.conforming:
+            self.inspect(row, signature)
 
-    def inspect(self, row: dict[str, Any]) -> None:
+    def inspect(self, row: dict[str, Any], signature: tuple[Any, ...]) -> None:
         """The slow path: undeclared fields first (which may declare them), then the types."""
-        for name in [name for name in row if name not in self.allowed]:
+        undeclared = [name for name in row if name not in self.allowed]
+        for name in undeclared:
             self.undeclared(row, name)
+        exact = True
         for name, value in row.items():
             types = self.allowed[name]
-            if type(value) not in types and not conforms(value, types):
+            if type(value) in types:
+                continue
+            exact = False  # e.g. 3.0 for an integer: fine, but not for every float
+            if not conforms(value, types):
                 raise SchemaDriftError(
                     f"{self.stream.name}: record {self.identify(row)} has {name}={value!r:.60} "
                     f"({type_name(value)}) where the schema declares {self.expected(name)}: "
@@ -136,6 +137,8 @@ class SchemaWatch:
                 )
         if self.unseen:
             self.unseen.difference_update(row)
+        if exact and not undeclared and len(self.conforming) < SIGNATURES_KEPT:
+            self.conforming.add(signature)  # the same names and types conform next time
 
     def undeclared(self, row: dict[str, Any], name: str) -> None:
         stream, value = self.stream.name, row[name]
@@ -197,7 +200,6 @@ class SchemaWatch:
             ", ".join(sorted(self.unseen)),
             f"{self.records:,}",
         )
-        self.records = 0  # reported once
 
 
 def send_schema_with(stream: GuestDataStream, name: str, property_schema: dict[str, Any]) -> None:
@@ -217,23 +219,23 @@ def send_schema_with(stream: GuestDataStream, name: str, property_schema: dict[s
     stream._write_schema_message()
 
 
-def watch(stream: GuestDataStream) -> SchemaWatch:
-    """The stream's watch for this run (a new run, a new watch)."""
-    current: SchemaWatch | None = vars(stream).get(_WATCH_ATTRIBUTE)
-    runtime = stream.runtime
-    if current is None or current.runtime is not runtime:
-        current = vars(stream)[_WATCH_ATTRIBUTE] = SchemaWatch(stream, runtime)
-    return current
-
-
 def check_row(stream: GuestDataStream, row: dict[str, Any]) -> None:
     """Every row, before it is written (post_process)."""
-    watch(stream).check(row)
+    current: SchemaWatch | None = vars(stream).get(_WATCH_ATTRIBUTE)
+    if current is None:
+        current = vars(stream)[_WATCH_ATTRIBUTE] = SchemaWatch(stream, stream.runtime)
+    current.check(row)
 
 
-def stream_ended(streams: Iterable[Stream]) -> None:
+def streams_starting(streams: Iterable[Stream]) -> None:
+    """A stream (and its children) starts: what a previous run saw is forgotten."""
+    for stream in streams:
+        vars(stream).pop(_WATCH_ATTRIBUTE, None)
+
+
+def streams_ended(streams: Iterable[Stream]) -> None:
     """A stream (and its children) finished: warn about declared fields that never came."""
     for stream in streams:
-        current: SchemaWatch | None = vars(stream).get(_WATCH_ATTRIBUTE)
+        current: SchemaWatch | None = vars(stream).pop(_WATCH_ATTRIBUTE, None)
         if current is not None:
             current.report_missing()
