@@ -196,6 +196,12 @@ def duration(value: float) -> str:
     return f"{value:.1f} h"
 
 
+def markdown_label(label: str) -> str:
+    for setting in ("start_date", "stats_history_days"):
+        label = label.replace(setting, f"`{setting}`")
+    return label
+
+
 def main() -> None:
     parser = harness.base_parser(__doc__.splitlines()[0], default_size="small")
     parser.add_argument("--sizes", default="small,medium,large")
@@ -254,23 +260,15 @@ def report(
         + [("TOTAL", *(sum(computed[size][everything].values()) for size in sizes))],
     )
     print("\nmarkdown (docs/tap.md, 'Cost of a first sync'):\n")
-    header = ["account", "settings", "requests", "1 key", "5 keys", "left out"]
+    header = ["settings", *sizes, "what you do not get"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for size in sizes:
-        for plan in plans:
+    for plan in plans:
+        cells = [markdown_label(plan.label)]
+        for size in sizes:
             total = sum(computed[size][plan.label].values())
-            cells = [
-                size,
-                plan.label.replace("start_date", "`start_date`").replace(
-                    "stats_history_days", "`stats_history_days`"
-                ),
-                f"{total:,}",
-                duration(hours(total, 1)),
-                duration(hours(total, 5)),
-                plan.costs if size == sizes[0] else "as above",
-            ]
-            print("| " + " | ".join(cells) + " |")
+            cells.append(f"{total:,}: {duration(hours(total, 1))} / {duration(hours(total, 5))}")
+        print("| " + " | ".join([*cells, plan.costs]) + " |")
     print()
     if measured_sizes:
         verdict = "MISMATCH" if mismatches else "equal, stream by stream, for every setting"
