@@ -30,11 +30,13 @@ from zoneinfo import ZoneInfo
 import harness
 from harness import OWNER_KEYS
 from request_count import bucket, pages
+from tap_guestdata.settings import SETTINGS_SCHEMA
 
 LONDON = ZoneInfo("Europe/London")
 PER_KEY_PER_MINUTE = 120  # spec 8
 PER_ADDRESS_PER_MINUTE = 600  # spec 8
 KEY_COUNTS = (1, 5)  # spec 5.3: at most 5 keys
+REDEMPTIONS_LOOKBACK_DAYS = SETTINGS_SCHEMA["properties"]["redemptions_lookback_days"]["default"]
 RULES = """\
 first sync, no state (p(n) = max(1, ceil(n / 200)), spec 4.3); D = start_date's London day,
 H = stats_history_days, T = today (London):
@@ -42,7 +44,8 @@ H = stats_history_days, T = today (London):
   offers p(not archived) + p(archived); offer_stats 1 per offer
   guests p(guests visited on London days >= D)        (/guests from/to are London dates)
   member_ledger sum over members of p(their lines created >= D's start)   (one request each)
-  rewards p(issued >= D's start); redemptions p(created >= D's start)
+  rewards p(issued >= D's start); redemptions p(created >= the start of D - L), where
+  L = redemptions_lookback_days (default 30): the tap applies it to start_date on a first run
   daily_stats 1 per venue per day from max(venue's first day, D, T - H + 1) to T
   daily_account_stats 1 per day from max(first venue's first day, D, T - H + 1) to T"""
 
@@ -139,11 +142,15 @@ class AccountShape:
         """Requests per endpoint bucket (request_count.bucket's names) by RULES."""
         start = dt.date.fromisoformat(settings.get("start_date") or dt.date.min.isoformat())
         since = day_start(start) if start > dt.date.min else None
+        lookback = dt.timedelta(
+            days=settings.get("redemptions_lookback_days", REDEMPTIONS_LOOKBACK_DAYS)
+        )
+        redemptions_since = None if since is None else since - lookback
         history = settings.get("stats_history_days")
         stats_first = today - dt.timedelta(days=history - 1) if history else dt.date.min
 
-        def after(instants: Iterable[dt.datetime]) -> int:
-            return sum(1 for moment in instants if since is None or moment >= since)
+        def after(instants: Iterable[dt.datetime], first: dt.datetime | None = since) -> int:
+            return sum(1 for moment in instants if first is None or moment >= first)
 
         return {
             "account": 1,
@@ -155,7 +162,7 @@ class AccountShape:
             "members": pages(self.members),
             "member_ledger": sum(pages(after(lines)) for lines in self.ledger_lines.values()),
             "rewards": pages(after(self.rewards)),
-            "redemptions": pages(after(self.redemptions)),
+            "redemptions": pages(after(self.redemptions, redemptions_since)),
             "daily_stats": sum(
                 days_from(max(first, start, stats_first), today) for first in self.venue_days
             ),
