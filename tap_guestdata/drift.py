@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from singer_sdk import Stream
 
     from tap_guestdata.client import GuestDataStream
-    from tap_guestdata.runtime import Runtime
 
 NONE_TYPE = type(None)
 # JSON Schema type -> the Python types orjson parses it into (bool is not an int here).
@@ -74,6 +73,8 @@ def allowed_types(property_schema: dict[str, Any]) -> Container[type]:
     if declared is None:
         return ANY_TYPE
     names = [declared] if isinstance(declared, str) else list(declared)
+    if not set(names) <= PYTHON_TYPES.keys():
+        return ANY_TYPE  # not a JSON Schema type this check knows: the target decides
     types = [NONE_TYPE, *(python_type for name in names for python_type in PYTHON_TYPES[name])]
     return tuple(dict.fromkeys(types))
 
@@ -90,10 +91,9 @@ def type_name(value: Any) -> str:
 class SchemaWatch:
     """What one stream's rows showed during one run, against its schema."""
 
-    def __init__(self, stream: GuestDataStream, runtime: Runtime) -> None:
+    def __init__(self, stream: GuestDataStream, mode: str) -> None:
         self.stream = stream
-        self.runtime = runtime
-        self.mode = runtime.settings.schema_drift
+        self.mode = mode  # schema_drift: include, drop or fail
         self.active = stream.selected  # an unselected parent's rows are never written
         properties = stream.effective_schema.get("properties") or {}
         mask = stream.mask  # a deselected field is never written: any value passes
@@ -223,7 +223,8 @@ def check_row(stream: GuestDataStream, row: dict[str, Any]) -> None:
     """Every row, before it is written (post_process)."""
     current: SchemaWatch | None = vars(stream).get(_WATCH_ATTRIBUTE)
     if current is None:
-        current = vars(stream)[_WATCH_ATTRIBUTE] = SchemaWatch(stream, stream.runtime)
+        mode = stream.runtime.settings.schema_drift
+        current = vars(stream)[_WATCH_ATTRIBUTE] = SchemaWatch(stream, mode)
     current.check(row)
 
 
