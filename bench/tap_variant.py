@@ -3,12 +3,15 @@ before anyone edits the tap (the benchmarks never change `tap_guestdata/`).
 
     python bench/tap_variant.py [--writer asis|default|msgspec|buffered]
                                 [--conformance asis|recursive|root|none]
+                                [--drift asis|off]
                                 [--tap tap_guestdata.tap:TapGuestData] -- <tap arguments>
 
 --writer: `default` is the SDK's SingerWriter, `msgspec` the SDK's MsgSpecWriter
 (`singer_sdk.contrib.msgspec`), `buffered` MsgSpecWriter that flushes stdout only after
 non-RECORD messages (SCHEMA, STATE, ...) instead of after every record.
 --conformance: `TYPE_CONFORMANCE_LEVEL` of every stream class.
+--drift off: no schema-drift check of the rows (`tap_guestdata.drift.check_row` does nothing),
+to measure what the check costs.
 """
 
 from __future__ import annotations
@@ -62,8 +65,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writer", choices=WRITERS, default="asis")
     parser.add_argument("--conformance", choices=CONFORMANCE, default="asis")
+    parser.add_argument("--drift", choices=("asis", "off"), default="asis")
     parser.add_argument("--tap", default="tap_guestdata.tap:TapGuestData", help="module:Class")
     options = parser.parse_args(argv[:split])
+    if options.drift == "off":
+        from tap_guestdata import drift
+
+        drift.check_row = lambda stream, row: None
 
     module_name, _, class_name = options.tap.partition(":")
     tap_class = getattr(importlib.import_module(module_name), class_name)

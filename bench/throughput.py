@@ -2,6 +2,7 @@
 `json` baseline and against dlt's `rest_api` source, side by side in one run.
 
     .venv/bin/python bench/throughput.py [--size large] [--repeat 3] [--what-if] [--no-dlt]
+                                         [--without-drift]
 
 All contenders read the same list endpoints (LIST_ENDPOINTS in harness.py) from one sandbox with
 rate limits off. Each run is a whole process (start-up included), timed start to exit; runs are
@@ -10,6 +11,8 @@ from the same minutes of a shared machine. The tap's and the bare baseline's std
 that counts RECORD lines per stream and discards them; dlt writes uncompressed JSONL files.
 --what-if adds rows for the tap with SDK switches applied from outside (bench/tap_variant.py) and
 for a minimal singer-sdk tap over the same endpoints (bench/minimal_tap.py), the SDK's floor.
+--without-drift adds the tap without its schema-drift check of every row (tap_variant.py
+--drift off): the check's cost, side by side.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def main() -> None:
     parser.add_argument("--streams", default=",".join(LIST_ENDPOINTS))
     parser.add_argument("--no-dlt", action="store_true", help="skip the dlt contender")
     parser.add_argument("--what-if", action="store_true", help="add tap rows with SDK switches")
+    parser.add_argument("--without-drift", action="store_true", help="add the tap, drift off")
     args = parser.parse_args()
     streams = args.streams.split(",")
     dlt_python = None if args.no_dlt else harness.ensure_dlt_venv()
@@ -100,10 +104,15 @@ def contenders(
     }
     if dlt_python is not None:
         runners["dlt"] = lambda repeat: run_dlt(dlt_python, common, directory / f"dlt-{repeat}")
+    variant = [str(harness.VENV_PYTHON), str(harness.BENCH / "tap_variant.py")]
+    if args.without_drift:
+        without_drift = [*variant, "--drift", "off", "--", *tap.arguments()]
+        runners["tap-without-drift"] = lambda _repeat: harness.run_measured(
+            "tap-without-drift", without_drift
+        )
     if args.what_if:
         minimal_config = {"base_url": server.base_url, "api_key": key, "streams": streams}
         minimal = ["--config", str(harness.write_json(directory, "minimal.json", minimal_config))]
-        variant = [str(harness.VENV_PYTHON), str(harness.BENCH / "tap_variant.py")]
         for label, switches in WHAT_IF.items():
             tap_arguments = minimal if label.startswith("sdk-minimal") else tap.arguments()
             if not label.startswith("sdk-minimal"):
@@ -154,6 +163,10 @@ def report(
         ratio = figures["records_per_s"] / medians["bare"]["records_per_s"]
         ratios[f"{label}/bare"] = ratio
         print(f"{label} / bare (records per second): {ratio:.2f}")
+    if "tap-without-drift" in medians:
+        drift_ratio = tap / medians["tap-without-drift"]["records_per_s"]
+        ratios["tap/tap-without-drift"] = drift_ratio
+        print(f"tap / tap-without-drift (records per second): {drift_ratio:.3f}")
     if "dlt" in medians:
         ratios["tap/dlt"] = tap / medians["dlt"]["records_per_s"]
         print(f"tap / dlt (records per second):  {ratios['tap/dlt']:.2f}")

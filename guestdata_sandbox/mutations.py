@@ -10,7 +10,7 @@ import random
 import time
 from typing import Any
 
-from guestdata_sandbox import names
+from guestdata_sandbox import names, row_fields
 from guestdata_sandbox.accounts import KEYS, ApiKey
 from guestdata_sandbox.generate import AccountData, phone_number, pick
 from guestdata_sandbox.generate_members import new_member, touch
@@ -274,6 +274,27 @@ def remove_programme(store: Store, account_id: Any) -> dict:
     return {}
 
 
+def add_field(store: Store, path: Any, field: Any, value: Any = None, values: Any = None) -> dict:
+    """From now on every row of `path` carries `field` (a field already there takes the new
+    value): `value` on every row, or `values` cycled over the rows by id."""
+    try:
+        resource, rule = row_fields.resource_of(path), row_fields.added_rule(value, values)
+    except row_fields.FieldChangeError as error:
+        raise MutationError(str(error)) from None
+    store.field_changes.setdefault(resource, {})[str(field)] = rule
+    return {"resource": resource}
+
+
+def remove_field(store: Store, path: Any, field: Any) -> dict:
+    """From now on the rows of `path` come without `field`."""
+    try:
+        resource = row_fields.resource_of(path)
+    except row_fields.FieldChangeError as error:
+        raise MutationError(str(error)) from None
+    store.field_changes.setdefault(resource, {})[str(field)] = row_fields.REMOVED_RULE
+    return {"resource": resource}
+
+
 def known_key(key: Any) -> str:
     if key not in KEYS:
         raise MutationError(f"unknown key {key!r}", status=404)
@@ -343,6 +364,8 @@ ACTIONS = {
     "set_rewards": set_rewards,
     "grant_permission": grant_permission,
     "insert_while_paging": insert_while_paging,
+    "add_field": add_field,
+    "remove_field": remove_field,
 }
 
 

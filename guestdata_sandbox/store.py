@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from guestdata_sandbox import render
+from guestdata_sandbox import render, row_fields
 from guestdata_sandbox.accounts import ACCOUNTS, KEYS, ApiKey
 from guestdata_sandbox.generate import AccountData, Dataset, generate
 from guestdata_sandbox.rules import london_day_end, london_day_start, london_today
@@ -38,6 +38,8 @@ class Store:
             self.granted: set[str] = set()
             self.rewards_enabled = {aid: acc.rewards_enabled for aid, acc in ACCOUNTS.items()}
             self.inserts: dict[str, list[int]] = {}  # resource -> [count, times left]
+            # resource -> field -> rule: fields added to or removed from its rows (row_fields.py)
+            self.field_changes: dict[str, dict[str, row_fields.FieldRule]] = {}
             self.invalidate()
 
     def invalidate(self) -> None:
@@ -87,6 +89,8 @@ class Store:
             rendered = render.redemption(row)
         else:
             raise KeyError(kind)
+        if kind in self.field_changes:
+            rendered = row_fields.apply(rendered, self.field_changes[kind])
         # a copy: orjson's own result keeps a 4 KB buffer, too much for a million cached rows
         encoded = bytes(memoryview(orjson.dumps(rendered)))
         self.encoded_cache[cache_key] = (encoded, valid_until)

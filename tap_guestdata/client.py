@@ -25,7 +25,7 @@ from singer_sdk.helpers.conform import TypeConformanceLevel
 from singer_sdk.schema.source import SchemaDirectory, StreamSchema
 from singer_sdk.singerlib import RecordMessage
 
-from tap_guestdata import windows
+from tap_guestdata import drift, windows
 from tap_guestdata.concurrency import Prefetched, lookahead
 from tap_guestdata.http.errors import (
     RateLimited,
@@ -416,12 +416,20 @@ class GuestDataStream(RESTStream[int]):
         self.runtime.gate.close(error, names)
 
     def post_process(self, row: dict, context: Context | None = None) -> dict | None:
+        drift.check_row(self, row)  # fields the schema lacks, or of another type (drift.py)
         key = self._utc_replication_key
         if key is not None and (value := row.get(key)) is not None:
             row[key] = self._utc_cursor(row, key, value)  # bookmarks compare as strings: UTC
         if self._records_counter is not None:
             self._records_counter.records += 1
         return row
+
+    def sync(self, context: Context | None = None) -> None:
+        # drift.py watches a whole stream and its children (a child syncs once per parent)
+        watched = [self, *self.descendent_streams] if context is None else []
+        drift.streams_starting(watched)
+        super().sync(context)
+        drift.streams_ended(watched)
 
     def _utc_cursor(self, row: dict, key: str, value: Any) -> str:
         """The cursor value in UTC; a value that is not an instant stops the run, naming it."""

@@ -86,6 +86,14 @@ SETTINGS_SCHEMA: dict[str, Any] = th.PropertiesList(
         "catches opt-ins withdrawn on older days.",
     ),
     th.Property(
+        "stats_history_days",
+        th.IntegerType(minimum=1),
+        description="On a first run (no bookmark), daily_stats and daily_account_stats read at "
+        "most this many London days back from today (and not before start_date). Unset: every "
+        "day since the venue opened. Days left out are only read later by a full refresh "
+        "without this setting.",
+    ),
+    th.Property(
         "members_margin_seconds",
         th.IntegerType(minimum=0),
         default=60,
@@ -100,6 +108,15 @@ SETTINGS_SCHEMA: dict[str, Any] = th.PropertiesList(
         default="warn",
         description="On a 403 that closes streams (Rewards off or not in plan, missing team "
         "permission): warn and skip them, or fail the run.",
+    ),
+    th.Property(
+        "schema_drift",
+        th.StringType,
+        allowed_values=["include", "drop", "fail"],
+        default="include",
+        description="A field the API sends that the stream's schema does not declare (always "
+        "with one warning): include it (the SCHEMA is sent again with the field, so SQL "
+        "targets add the column), drop it, or fail the run.",
     ),
     th.Property(
         "max_workers",
@@ -158,8 +175,10 @@ class Settings:
     rewards_lookback_days: int | None
     redemptions_lookback_days: int
     stats_lookback_days: int
+    stats_history_days: int | None
     members_margin_seconds: int
     on_forbidden: str
+    schema_drift: str
     max_workers: int
     request_timeout_seconds: float
     max_retries: int
@@ -178,8 +197,10 @@ class Settings:
             rewards_lookback_days=config.get("rewards_lookback_days"),
             redemptions_lookback_days=int(config.get("redemptions_lookback_days", 30)),
             stats_lookback_days=int(config.get("stats_lookback_days", 0)),
+            stats_history_days=config.get("stats_history_days"),
             members_margin_seconds=int(config.get("members_margin_seconds", 60)),
             on_forbidden=str(config.get("on_forbidden", "warn")),
+            schema_drift=str(config.get("schema_drift", "include")),
             max_workers=int(config.get("max_workers", 4)),
             request_timeout_seconds=float(config.get("request_timeout_seconds", 30)),
             max_retries=int(config.get("max_retries", 8)),

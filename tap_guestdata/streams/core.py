@@ -98,6 +98,9 @@ class _DailyStatistics(GuestDataStream):
         bookmark = self.bookmark(context)
         if bookmark is not None:
             return max(first, dt.date.fromisoformat(bookmark) - dt.timedelta(self.lookback_days()))
+        if (history_days := self.runtime.settings.stats_history_days) is not None:
+            today = windows.london_day(self.sync_started_at)  # the last N days, today included
+            first = max(first, today - dt.timedelta(days=history_days - 1))
         if self.runtime.settings.start_date is not None:
             return max(first, windows.london_day(self.runtime.settings.start_date))
         return first

@@ -203,6 +203,30 @@ def test_insert_while_paging_puts_records_at_the_head(fresh_sandbox: SandboxProc
     assert get(path).json()["meta"]["total"] == total + 2
 
 
+def test_add_and_remove_field_change_the_rows_of_a_path(fresh_sandbox: SandboxProcess) -> None:
+    server, get = fresh_sandbox, client(fresh_sandbox)
+    before = get("/guests").json()["data"]
+    assert all("loyalty_segment" not in row for row in before)
+    server.mutate("add_field", path="/guests", field="loyalty_segment", values=[None, "gold"])
+    rows = read_all(get, "/guests")
+    assert {row["loyalty_segment"] for row in rows} == {None, "gold"}
+    assert all(row["loyalty_segment"] == [None, "gold"][row["id"] % 2] for row in rows)
+    truth = server.truth(OWNER, resource="guests")
+    assert [row["loyalty_segment"] for row in truth] == [row["loyalty_segment"] for row in rows]
+    # ledgers of every member, by their path template; a constant value on every row
+    member = server.truth(OWNER, resource="members")[0]["id"]
+    server.mutate("add_field", path="/rewards/members/{id}/ledger", field="channel", value=7)
+    ledger = get(f"/rewards/members/{member}/ledger").json()["data"]
+    assert ledger and {line["channel"] for line in ledger} == {7}
+    server.mutate("remove_field", path="/guests", field="phone")
+    assert all("phone" not in row for row in get("/guests").json()["data"])
+    assert "loyalty_segment" not in get("/rewards/rewards").json()["data"][0]  # /guests only
+    with pytest.raises(SandboxError):
+        server.mutate("add_field", path="/venues", field="x", value=1)
+    server.reset()
+    assert "loyalty_segment" not in get("/guests").json()["data"][0]
+
+
 @pytest.mark.parametrize("kind", ["server_error", "bad_gateway_html", "rate_limit"])
 def test_http_faults_for_the_next_requests(fresh_sandbox: SandboxProcess, kind: str) -> None:
     get = client(fresh_sandbox)
