@@ -229,10 +229,11 @@ class GuestDataStream(RESTStream[int]):
         except StreamForbidden as error:
             self.forbidden(error)
             return None
-        except (FatalAPIError, RetriableAPIError) as error:
-            # Other streams still run first, as without a plan; this one meets the error again.
-            if isinstance(error, RetriableAPIError) and not isinstance(error, RateLimited):
-                self.runtime.counters_for(self.name).add(retries=1)  # its sync asks again
+        except RetriableAPIError as error:
+            # A passing fault: other streams still run first, as without a plan, and this one
+            # asks again in its own sync. A fatal answer (401, 422, ...) stops the run at once.
+            if not isinstance(error, RateLimited):
+                self.runtime.counters_for(self.name).add(retries=1)
             self.logger.warning("Plan: %s: not known (%s)", self.name, error)
             return None
 
