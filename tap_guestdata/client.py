@@ -206,19 +206,18 @@ class GuestDataStream(RESTStream[int]):
         kept for the sync, so planning costs no request); None when it is skipped."""
         if not self.paged:
             return StreamPlan(self.name, 1, "one answer")
-        pages = self.first_page_meta(None).get("last_page") or 1
-        return StreamPlan(self.name, int(pages), f"meta.last_page {pages}")
+        pages = LastPagePaginator.last_page(self.first_page(None)) or 1
+        return StreamPlan(self.name, pages, f"meta.last_page {pages}")
 
-    def first_page_meta(self, context: Context | None) -> dict[str, Any]:
-        """meta of this listing's first page, read once and kept for the sync to use."""
+    def first_page(self, context: Context | None) -> requests.Response:
+        """This listing's first page, read once and kept for the sync to use."""
         prepared = self.prepare_request(context, next_page_token=None)
         url = str(prepared.url)
         response = self.runtime.first_pages.get(url)
         if response is None:  # one attempt: a failing endpoint is retried by its own sync
             response = self._request(prepared, context)
             self.runtime.first_pages[url] = response
-        meta = body_of(response).get("meta")
-        return meta if isinstance(meta, dict) else {}
+        return response
 
     def plan(self) -> StreamPlan | None:
         """planned_requests, or None (with the usual warning) when the stream is forbidden."""

@@ -49,6 +49,15 @@ class LastPagePaginator(PageNumberPaginator):
         raise FatalAPIError(f"{where}: meta.last_page is {value!r}, not a page number")
 
 
+def listing_total(response: requests.Response) -> int | None:
+    """meta.total (spec 2.5), for the plan only: None when absent or not a count."""
+    meta = body_of(response).get("meta")
+    value = meta.get("total") if isinstance(meta, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
 class NewestFirstPages:
     """Drops rows a newest-first listing gives twice (spec 4.2: lists are newest first).
 

@@ -39,8 +39,7 @@ class Venues(GuestDataStream):
         return [dict(row) for row in all_venues(self)]
 
     def planned_requests(self) -> StreamPlan:
-        all_venues(self)  # read once per run, whichever stream asks first (the plan, here)
-        return StreamPlan(self.name, 1, "one listing")
+        return StreamPlan(self.name, 1, "one listing, shared with the statistics streams")
 
 
 def all_venues(stream: GuestDataStream) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from singer_sdk.singerlib.catalog import REPLICATION_INCREMENTAL
 from tap_guestdata import windows
 from tap_guestdata.client import GuestDataStream, body_of
 from tap_guestdata.http.errors import StreamForbidden
+from tap_guestdata.paging import LastPagePaginator, listing_total
 from tap_guestdata.progress import StreamPlan
 from tap_guestdata.resume import RESUME_KEY, MemberWalk
 from tap_guestdata.windows import TimeWindow
@@ -109,12 +110,12 @@ class Offers(RewardsStream):
     def partition_params(self, context: Context | None) -> dict[str, Any]:
         return {"status": context["status"]} if context else {}
 
-    def listing_metas(self) -> list[dict[str, Any]]:
-        """meta of the first page of both listings (spec 4.2: archived ones apart)."""
-        return [self.first_page_meta(None), self.first_page_meta({"status": "archived"})]
+    def first_pages(self) -> list[requests.Response]:
+        """The first page of both listings (spec 4.2: archived ones apart)."""
+        return [self.first_page(None), self.first_page({"status": "archived"})]
 
     def planned_requests(self) -> StreamPlan:
-        pages = sum(int(meta.get("last_page") or 1) for meta in self.listing_metas())
+        pages = sum(LastPagePaginator.last_page(page) or 1 for page in self.first_pages())
         return StreamPlan(self.name, pages, "meta.last_page of the listing and of archived")
 
     def all_offers(self) -> list[dict[str, Any]]:
@@ -152,7 +153,7 @@ class OfferStats(RewardsStream):
 
     def planned_requests(self) -> StreamPlan:
         offers: Offers = self._tap.streams["offers"]  # type: ignore[assignment]
-        count = sum(int(meta.get("total") or 0) for meta in offers.listing_metas())
+        count = sum(listing_total(page) or 0 for page in offers.first_pages())
         return StreamPlan(self.name, count, f"one per offer: {count} offers")
 
 
@@ -285,7 +286,7 @@ class MemberLedger(RewardsStream):
         return self._tap.streams["members"]  # type: ignore[return-value]
 
     def planned_requests(self) -> StreamPlan:
-        count = int(self.members().first_page_meta(None).get("total") or 0)
+        count = listing_total(self.members().first_page(None)) or 0
         return StreamPlan(self.name, count, f"one per member listed: {count} members")
 
     def window_until(self, context: Context | None) -> dt.datetime:
