@@ -267,15 +267,18 @@ def test_json_array_and_interval_helpers_give_the_truths_values(
     } == (expected_counts)
     assert None in {count for count, _ in expected_counts.values()}, "an offer valid everywhere"
 
-    issued = {reward["id"]: reward["issued_at"] for reward in truth["rewards"]}
-    redeemed = {
-        redemption["reward_id"]: redemption["redeemed_at"] for redemption in truth["redemptions"]
-    }
+    # fct_rewards joins a reward's newest redemption (by created_at, then id).
+    newest: dict[int, dict[str, Any]] = {}
+    for redemption in sorted(
+        truth["redemptions"], key=lambda r: (instant(r["created_at"]), r["id"])
+    ):
+        newest[redemption["member_reward_id"]] = redemption
     expected_seconds = {
-        reward_id: round((instant(redeemed[reward_id]) - instant(at)).total_seconds())
-        if reward_id in redeemed
+        reward["id"]: epoch_second(newest[reward["id"]]["created_at"])
+        - epoch_second(reward["issued_at"])
+        if reward["id"] in newest
         else None
-        for reward_id, at in issued.items()
+        for reward in truth["rewards"]
     }
     seconds = rows(built, f"SELECT reward_id, seconds_to_redeem FROM {MODELS}.fct_rewards")
     assert {row["REWARD_ID"]: row["SECONDS_TO_REDEEM"] for row in seconds} == expected_seconds
@@ -284,3 +287,8 @@ def test_json_array_and_interval_helpers_give_the_truths_values(
 
 def instant(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def epoch_second(text: str) -> int:
+    """The instant's whole second: datediff(second, ...) counts second boundaries crossed."""
+    return int(instant(text).timestamp() // 1)
