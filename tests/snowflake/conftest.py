@@ -37,6 +37,8 @@ from snowflake_pipeline import (
 pytestmark = pytest.mark.snowflake
 # The PostgreSQL suite's snapshot helpers (changed_keys) serve this suite too.
 sys.path.insert(0, str(PROJECT_ROOT / "tests" / "e2e"))
+# The dbt suite's run-results reader and mart names serve the dbt-snowflake tests.
+sys.path.insert(0, str(PROJECT_ROOT / "tests" / "transform"))
 
 
 @pytest.fixture(scope="session")

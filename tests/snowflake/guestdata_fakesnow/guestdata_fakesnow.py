@@ -34,6 +34,8 @@ if set, collects every statement clients sent (JSON lines), so tests can say wha
 Entry points (console scripts of this package):
 - `target-snowflake-fakesnow`: target-snowflake, patched, draining one stream at a time
   (fakesnow is not safe for concurrent transactions); databases in `$FAKESNOW_DB_PATH`.
+- `dbt-fakesnow`: dbt (dbt-snowflake, installed beside), patched, on `$FAKESNOW_DB_PATH`, as
+  Meltano's `dbt-snowflake--fakesnow` utility runs it.
 - `guestdata-fakesnow run --db-path DIR PROGRAM [ARGS]`: any console script of this venv,
   patched (e.g. `dbt`), on the same databases.
 - `guestdata-fakesnow query --db-path DIR --database DB SQL...`: each statement's rows as JSON
@@ -366,6 +368,17 @@ def target_snowflake() -> None:
 
     with patched(db_path):
         OneSinkAtATime.cli()
+
+
+def dbt() -> None:
+    """`dbt` as Meltano's dbt-snowflake--fakesnow utility invokes it, on $FAKESNOW_DB_PATH."""
+    from dbt.cli.main import cli
+
+    db_path = os.environ.get(DB_PATH_VARIABLE)
+    if not db_path:
+        sys.exit(f"{DB_PATH_VARIABLE} is not set: the folder fakesnow keeps its databases in")
+    with patched(db_path):
+        cli()  # click exits (SystemExit) with dbt's code; patched() still cleans up
 
 
 def encode(value: Any) -> Any:
