@@ -1,7 +1,10 @@
 """Kill-and-resume cost: for each stream, SIGKILL a sync at several points and resume it from the
 last STATE it wrote; print (killed + resumed requests) / uninterrupted requests, per stream.
 
-    .venv/bin/python bench/resume.py [--size medium] [--streams guests,rewards] [--at 0.3,0.6,0.9]
+    .venv/bin/python bench/resume.py [--size medium] [--streams guests,rewards] [--at 0.25,0.6,0.9]
+
+By default each stream runs on the account the test suite uses for it (STREAM_SIZES): big
+enough that one page, the most a kill can waste, is a small share of the sync.
 
 Requests are counted in the sandbox's request log; one request at a time (`max_workers=1`) and
 STATE after every row, so the figure is what the resume logic keeps. The run also fails if the
@@ -20,35 +23,28 @@ for folder in ("scripts", "tests", "tests/reliability"):  # the test suite's own
 
 from guestdata_sandbox.testing import SandboxProcess  # noqa: E402
 from kill_resume import measure  # noqa: E402
-
-STREAMS = [
-    "guests",
-    "member_ledger",
-    "daily_stats",
-    "daily_account_stats",
-    "rewards",
-    "redemptions",
-]
+from test_resume_anywhere import KILL_POINTS, STREAM_SIZES  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="medium", choices=["small", "medium", "large"])
-    parser.add_argument("--streams", default=",".join(STREAMS))
-    parser.add_argument("--at", default="0.3,0.6,0.9", help="kill points, shares of requests")
+    parser.add_argument("--size", choices=["small", "medium", "large"], help="one size for all")
+    parser.add_argument("--streams", default=",".join(STREAM_SIZES))
+    parser.add_argument("--at", default=",".join(map(str, KILL_POINTS)), help="kill points")
     args = parser.parse_args()
     fractions = [float(value) for value in args.at.split(",")]
-    print(f"| stream ({args.size}) | uninterrupted requests | kill at | killed + resumed | ratio |")
-    print("|---|---:|---:|---:|---:|")
+    print("| stream | account | uninterrupted requests | kill at | killed + resumed | ratio |")
+    print("|---|---|---:|---:|---:|---:|")
     worst = 0.0
-    with SandboxProcess(size=args.size, seed=42, limits=False) as server:
-        for stream in args.streams.split(","):
+    for stream in args.streams.split(","):
+        size = args.size or STREAM_SIZES[stream]
+        with SandboxProcess(size=size, seed=42, limits=False) as server:
             for result in measure(server, stream, fractions):
                 worst = max(worst, result.ratio)
                 print(
-                    f"| {stream} | {result.uninterrupted_requests} | {result.fraction:.0%} | "
-                    f"{result.killed_requests} + {result.resumed_requests} | "
-                    f"{result.ratio:.3f} |",
+                    f"| {stream} | {size} | {result.uninterrupted_requests} | "
+                    f"{result.fraction:.0%} | {result.killed_requests} + "
+                    f"{result.resumed_requests} | {result.ratio:.3f} |",
                     flush=True,
                 )
     print(f"\nworst ratio: {worst:.3f} (target: at most 1.10); rows lost: 0")
