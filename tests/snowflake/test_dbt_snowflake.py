@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,18 @@ from typing import Any
 import pytest
 
 import demo_pipeline
-from dbt_support import MARTS, TRANSFORM, DbtRun, read_results
+from dbt_support import (
+    MARTS,
+    OFFER_FUNNEL,
+    TRANSFORM,
+    DbtRun,
+    expected_audience,
+    expected_members,
+    expected_offer_funnel,
+    expected_rewards,
+    expected_venue_daily,
+    read_results,
+)
 from snowflake_pipeline import SnowflakePipeline
 
 pytestmark = pytest.mark.snowflake
@@ -126,14 +136,7 @@ def test_fct_venue_daily_equals_the_ground_truth_per_venue_and_london_day(
     built: SnowflakePipeline, snowflake_truth: Callable[[], dict[str, Any]]
 ) -> None:
     truth = snowflake_truth()
-    expected = {
-        (row["venue_id"], row["date"]): (
-            row["visits"],
-            row["unique_guests"],
-            row["marketing_opt_ins"],
-        )
-        for row in truth["daily_stats"]
-    }
+    expected = expected_venue_daily(truth)
     built_rows = rows(
         built,
         "SELECT venue_id, date, visits, unique_guests, marketing_opt_ins, api_visits "
@@ -154,18 +157,8 @@ def test_fct_venue_daily_equals_the_ground_truth_per_venue_and_london_day(
 def test_marketing_audience_holds_exactly_the_people_the_truth_allows(
     built: SnowflakePipeline, snowflake_truth: Callable[[], dict[str, Any]]
 ) -> None:
-    truth = snowflake_truth()
-    erased = {member["email"].lower() for member in truth["members"] if member["anonymised_at"]} | {
-        member["phone_e164"] for member in truth["members"] if member["anonymised_at"]
-    }
-    visits: dict[str, list[int]] = defaultdict(list)
-    for guest in truth["guests"]:
-        visits[guest["email"].lower()].append(guest["venue_id"])
-    allowed = {
-        guest["email"].lower()
-        for guest in truth["guests"]
-        if guest["marketing_consent"] and guest["email"].lower() not in erased
-    }
+    expected = expected_audience(snowflake_truth())
+    allowed, visits = expected.allowed, expected.visits
     audience = rows(
         built, f"SELECT contact_key, visits, venue_ids FROM {MODELS}.marketing_audience"
     )
@@ -182,9 +175,6 @@ def test_members_rewards_and_offers_equal_the_ground_truth(
     built: SnowflakePipeline, snowflake_truth: Callable[[], dict[str, Any]]
 ) -> None:
     truth = snowflake_truth()
-    ledger: dict[int, int] = defaultdict(int)
-    for line in truth["member_ledger"]:
-        ledger[line["member_id"]] += line["delta"]
     members = rows(
         built,
         "SELECT member_id, member_status, tier_key, points_balance, ledger_points_sum, "
@@ -199,31 +189,22 @@ def test_members_rewards_and_offers_equal_the_ground_truth(
             row["BALANCE_MATCHES_LEDGER"],
         )
         for row in members
-    } == {
-        member["id"]: (
-            "anonymised" if member["anonymised_at"] else "left" if member["left_at"] else "active",
-            member["tier_key"],
-            member["points_balance"],
-            ledger[member["id"]],
-            True,
-        )
-        for member in truth["members"]
-    }
+    } == expected_members(truth)
 
     rewards = rows(
         built,
         f"SELECT reward_id, status_as_read, redemption_id, seconds_to_redeem "
         f"FROM {MODELS}.fct_rewards",
     )
-    assert {row["REWARD_ID"]: (row["STATUS_AS_READ"], row["REDEMPTION_ID"]) for row in rewards} == {
-        reward["id"]: (reward["status"], reward["redemption_id"]) for reward in truth["rewards"]
-    }
+    assert {
+        row["REWARD_ID"]: (row["STATUS_AS_READ"], row["REDEMPTION_ID"]) for row in rewards
+    } == expected_rewards(truth)
 
-    names = ("issued", "outstanding", "redeemed", "voided", "expired", "claimed")
-    offers = rows(built, f"SELECT offer_id, {', '.join(names)} FROM {MODELS}.fct_offer_performance")
-    assert {row["OFFER_ID"]: tuple(row[name.upper()] for name in names) for row in offers} == {
-        stats["offer_id"]: tuple(stats[name] for name in names) for stats in truth["offer_stats"]
-    }
+    funnel = ", ".join(OFFER_FUNNEL)
+    offers = rows(built, f"SELECT offer_id, {funnel} FROM {MODELS}.fct_offer_performance")
+    assert {
+        row["OFFER_ID"]: tuple(row[name.upper()] for name in OFFER_FUNNEL) for row in offers
+    } == expected_offer_funnel(truth)
 
 
 def test_json_array_and_interval_helpers_give_the_truths_values(

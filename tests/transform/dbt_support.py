@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,78 @@ def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:
             query = sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, mart))
             tables[mart] = sorted(connection.execute(query).fetchall(), key=repr)
     return tables
+
+
+# ------------------------------------------------------------------ the marts the truth implies
+# One reading of the sandbox's ground truth for the PostgreSQL and the Snowflake model tests.
+
+OFFER_FUNNEL = ("issued", "outstanding", "redeemed", "voided", "expired", "claimed")
+
+
+def expected_venue_daily(truth: dict[str, Any]) -> dict[tuple[int, str], tuple[int, int, int]]:
+    """(venue_id, London date) -> visits, unique guests, opt-ins (the API's own per-day figures)."""
+    return {
+        (row["venue_id"], row["date"]): (
+            row["visits"],
+            row["unique_guests"],
+            row["marketing_opt_ins"],
+        )
+        for row in truth["daily_stats"]
+    }
+
+
+@dataclass
+class ExpectedAudience:
+    """Who may be mailed (consenting, not erased), and every person's visited venues."""
+
+    allowed: set[str]
+    visits: dict[str, list[int]]
+    erased: set[str]
+
+
+def expected_audience(truth: dict[str, Any]) -> ExpectedAudience:
+    anonymised = [member for member in truth["members"] if member["anonymised_at"]]
+    erased = {member["email"].lower() for member in anonymised} | {
+        member["phone_e164"] for member in anonymised
+    }
+    visits: dict[str, list[int]] = defaultdict(list)
+    for guest in truth["guests"]:
+        visits[guest["email"].lower()].append(guest["venue_id"])
+    allowed = {
+        guest["email"].lower()
+        for guest in truth["guests"]
+        if guest["marketing_consent"] and guest["email"].lower() not in erased
+    }
+    return ExpectedAudience(allowed, visits, erased)
+
+
+def expected_members(truth: dict[str, Any]) -> dict[int, tuple]:
+    """member_id -> status, tier, balance, ledger sum, balance matches ledger."""
+    ledger: dict[int, int] = defaultdict(int)
+    for line in truth["member_ledger"]:
+        ledger[line["member_id"]] += line["delta"]
+    return {
+        member["id"]: (
+            "anonymised" if member["anonymised_at"] else "left" if member["left_at"] else "active",
+            member["tier_key"],
+            member["points_balance"],
+            ledger[member["id"]],
+            True,
+        )
+        for member in truth["members"]
+    }
+
+
+def expected_rewards(truth: dict[str, Any]) -> dict[int, tuple]:
+    """reward_id -> status as read, redemption_id."""
+    return {
+        reward["id"]: (reward["status"], reward["redemption_id"]) for reward in truth["rewards"]
+    }
+
+
+def expected_offer_funnel(truth: dict[str, Any]) -> dict[int, tuple]:
+    """offer_id -> the OFFER_FUNNEL counts of offer_stats."""
+    return {
+        stats["offer_id"]: tuple(stats[name] for name in OFFER_FUNNEL)
+        for stats in truth["offer_stats"]
+    }

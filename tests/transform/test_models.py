@@ -10,7 +10,6 @@ full reload into a fresh database.
 from __future__ import annotations
 
 import tempfile
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,18 @@ from psycopg import sql
 from dbt_support import (
     FAST_TAP,
     MARTS,
+    OFFER_FUNNEL,
     RAW_SCHEMA,
     Dbt,
     DbtRun,
     MeltanoProject,
     dbt_env,
     demo_pipeline,
+    expected_audience,
+    expected_members,
+    expected_offer_funnel,
+    expected_rewards,
+    expected_venue_daily,
     mart_rows,
     meltano_env_with_dbt_paths,
     read_results,
@@ -124,14 +129,7 @@ def test_fct_venue_daily_equals_the_ground_truth_per_venue_and_london_day(
     loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str
 ) -> None:
     truth = sandbox.truth(OWNER_KEYS[0])
-    expected = {
-        (row["venue_id"], row["date"]): (
-            row["visits"],
-            row["unique_guests"],
-            row["marketing_opt_ins"],
-        )
-        for row in truth["daily_stats"]
-    }
+    expected = expected_venue_daily(truth)
     built = query(
         conninfo,
         f"SELECT venue_id, date::text, visits, unique_guests, marketing_opt_ins, api_visits "
@@ -145,19 +143,9 @@ def test_fct_venue_daily_equals_the_ground_truth_per_venue_and_london_day(
 def test_marketing_audience_holds_exactly_the_people_the_truth_allows(
     loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str
 ) -> None:
-    truth = sandbox.truth(OWNER_KEYS[0])
-    erased = {member["email"].lower() for member in truth["members"] if member["anonymised_at"]} | {
-        member["phone_e164"] for member in truth["members"] if member["anonymised_at"]
-    }
-    assert erased, "the sandbox has anonymised members"
-    visits: dict[str, list[int]] = defaultdict(list)
-    for guest in truth["guests"]:
-        visits[guest["email"].lower()].append(guest["venue_id"])
-    allowed = {
-        guest["email"].lower()
-        for guest in truth["guests"]
-        if guest["marketing_consent"] and guest["email"].lower() not in erased
-    }
+    audience = expected_audience(sandbox.truth(OWNER_KEYS[0]))
+    assert audience.erased, "the sandbox has anonymised members"
+    allowed, visits = audience.allowed, audience.visits
     built = query(
         conninfo,
         f"SELECT contact_key, visits, venue_ids FROM {MODELS_SCHEMA}.marketing_audience",
@@ -172,44 +160,26 @@ def test_members_rewards_and_offers_equal_the_ground_truth(
     loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str
 ) -> None:
     truth = sandbox.truth(OWNER_KEYS[0])
-    ledger: dict[int, int] = defaultdict(int)
-    for line in truth["member_ledger"]:
-        ledger[line["member_id"]] += line["delta"]
-    expected_members = {
-        member["id"]: (
-            "anonymised" if member["anonymised_at"] else "left" if member["left_at"] else "active",
-            member["tier_key"],
-            member["points_balance"],
-            ledger[member["id"]],
-            True,
-        )
-        for member in truth["members"]
-    }
     members = query(
         conninfo,
         f"SELECT member_id, member_status, tier_key, points_balance, ledger_points_sum, "
         f"balance_matches_ledger FROM {MODELS_SCHEMA}.dim_members",
     )
-    assert {row[0]: row[1:] for row in members} == expected_members
+    assert {row[0]: row[1:] for row in members} == expected_members(truth)
     assert {row[1] for row in members} == {"active", "left", "anonymised"}
 
     rewards = query(
         conninfo,
         f"SELECT reward_id, status_as_read, redemption_id FROM {MODELS_SCHEMA}.fct_rewards",
     )
-    assert {row[0]: row[1:] for row in rewards} == {
-        reward["id"]: (reward["status"], reward["redemption_id"]) for reward in truth["rewards"]
-    }
+    assert {row[0]: row[1:] for row in rewards} == expected_rewards(truth)
     assert {row[1] for row in rewards} >= {"issued", "redeemed", "expired"}
 
-    names = ("issued", "outstanding", "redeemed", "voided", "expired", "claimed")
     offers = query(
         conninfo,
-        f"SELECT offer_id, {', '.join(names)} FROM {MODELS_SCHEMA}.fct_offer_performance",
+        f"SELECT offer_id, {', '.join(OFFER_FUNNEL)} FROM {MODELS_SCHEMA}.fct_offer_performance",
     )
-    assert {row[0]: row[1:] for row in offers} == {
-        stats["offer_id"]: tuple(stats[name] for name in names) for stats in truth["offer_stats"]
-    }
+    assert {row[0]: row[1:] for row in offers} == expected_offer_funnel(truth)
 
 
 def test_a_second_build_on_an_unchanged_database_changes_nothing(
