@@ -136,6 +136,26 @@ def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:
     return tables
 
 
+RECONCILIATIONS = {
+    "reconcile_venue_daily_visits_with_api_stats",
+    "reconcile_venue_daily_opt_ins_with_api_stats",
+    "reconcile_member_balance_with_ledger",
+    "reconcile_offer_funnel_with_offer_stats",
+}
+MODEL_COUNT = 14 + len(MARTS)  # one staging model per stream
+
+
+def assert_every_model_built_and_every_test_passed(target_dir: Path) -> None:
+    """What a build wrote to target_dir/run_results.json: every model, every test green."""
+    run = DbtRun(0, "", read_results(target_dir))
+    models = run.statuses("model")
+    assert len(models) == MODEL_COUNT and set(models.values()) == {"success"}, models
+    tests = run.statuses("test")
+    assert set(tests) >= RECONCILIATIONS
+    assert len(tests) > 60
+    assert set(tests.values()) == {"pass"}, {name: s for name, s in tests.items() if s != "pass"}
+
+
 # ------------------------------------------------------------------ the marts the truth implies
 # One reading of the sandbox's ground truth for the PostgreSQL and the Snowflake model tests.
 
