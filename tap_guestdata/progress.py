@@ -88,7 +88,8 @@ class Progress:
         )
 
     def request_sent(self, stream: str, done: Callable[[], int]) -> None:
-        """Count one request of `stream` (any thread); the stream is active from now on."""
+        """`stream` sent a request (any thread): it is active from now on, and `done` reads
+        its request count (the stream's summary counters) for the progress lines."""
         with self._lock:
             if stream not in self._active:
                 self._started.setdefault(stream, time.monotonic())

@@ -125,6 +125,7 @@ class TapGuestData(Tap):
         try:
             with QuietLog(self.metrics_logger, stream_loggers, per_request=verbose):
                 self.log_plan()
+                self.runtime.progress.start()
                 super().sync_all()
         finally:
             if "runtime" in self.__dict__:
@@ -139,7 +140,6 @@ class TapGuestData(Tap):
             if (plan := stream.plan()) is not None
         ]
         self.runtime.progress.log_plan(plans)
-        self.runtime.progress.start()
 
     def log_summary(self) -> None:
         for stream in self.streams.values():
