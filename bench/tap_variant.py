@@ -3,7 +3,7 @@ before anyone edits the tap (the benchmarks never change `tap_guestdata/`).
 
     python bench/tap_variant.py [--writer asis|default|msgspec|buffered]
                                 [--conformance asis|recursive|root|none]
-                                [--drift asis|off]
+                                [--drift asis|off] [--record-messages asis|sdk]
                                 [--tap tap_guestdata.tap:TapGuestData] -- <tap arguments>
 
 --writer: `default` is the SDK's SingerWriter, `msgspec` the SDK's MsgSpecWriter
@@ -12,6 +12,8 @@ non-RECORD messages (SCHEMA, STATE, ...) instead of after every record.
 --conformance: `TYPE_CONFORMANCE_LEVEL` of every stream class.
 --drift off: no schema-drift check of the rows (`tap_guestdata.drift.check_row` does nothing),
 to measure what the check costs.
+--record-messages sdk: the SDK's own `_generate_record_messages` in every stream, where the tap
+has (or had) its own copy: what a copy of it would buy.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ def main() -> None:
     parser.add_argument("--writer", choices=WRITERS, default="asis")
     parser.add_argument("--conformance", choices=CONFORMANCE, default="asis")
     parser.add_argument("--drift", choices=("asis", "off"), default="asis")
+    parser.add_argument("--record-messages", choices=("asis", "sdk"), default="asis")
     parser.add_argument("--tap", default="tap_guestdata.tap:TapGuestData", help="module:Class")
     options = parser.parse_args(argv[:split])
     if options.drift == "off":
@@ -78,6 +81,10 @@ def main() -> None:
     writer = WRITERS[options.writer]
     if writer is not None:
         tap_class.message_writer_class = writer
+    if options.record_messages == "sdk":
+        for stream_class in all_subclasses(Stream):
+            if "_generate_record_messages" in stream_class.__dict__:
+                delattr(stream_class, "_generate_record_messages")
     level = CONFORMANCE[options.conformance]
     if level is not None:
         for stream_class in [Stream, *all_subclasses(Stream)]:

@@ -27,6 +27,7 @@ import harness
 from harness import LIST_ENDPOINTS, OWNER_KEYS, RunResult
 
 WHAT_IF = {
+    "tap+sdk-record-messages": ["--record-messages", "sdk"],
     "tap+msgspec": ["--writer", "msgspec"],
     "tap+msgspec+noconform": ["--writer", "msgspec", "--conformance", "none"],
     "tap+buffered+noconform": ["--writer", "buffered", "--conformance", "none"],

@@ -10,22 +10,19 @@ import datetime as dt
 import random
 import threading
 from collections.abc import Generator, Hashable, Iterable, Iterator
-from functools import cached_property
+from functools import partial, wraps
 from importlib import resources
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import orjson
 import requests
 from singer_sdk import RESTStream
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
-from singer_sdk.helpers._catalog import pop_deselected_record_properties
-from singer_sdk.helpers._typing import conform_record_data_types
-from singer_sdk.helpers._util import utc_now
 from singer_sdk.helpers.conform import TypeConformanceLevel
 from singer_sdk.schema.source import SchemaDirectory, StreamSchema
-from singer_sdk.singerlib import RecordMessage
 
 from tap_guestdata import drift, windows
+from tap_guestdata.authenticator import KeyPoolAuthenticator
 from tap_guestdata.concurrency import Prefetched, lookahead
 from tap_guestdata.http.errors import (
     RateLimited,
@@ -44,15 +41,17 @@ from tap_guestdata.windows import TimeWindow
 
 if TYPE_CHECKING:
     from backoff.types import Details
-    from singer_sdk.helpers.types import Context
+    from singer_sdk.helpers.types import Context, RequestFunc
 
     from tap_guestdata.runtime import Runtime, StreamCounters
+    from tap_guestdata.tap import TapGuestData
 
 PER_PAGE = 200  # spec 4.3: the largest page; fewest requests
 BACKOFF_FIRST_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 60.0
 RATE_LIMITED_RETRY_CAP = 100  # 429s per request before giving up (they wait, they don't fail)
 SCHEMAS = SchemaDirectory(resources.files("tap_guestdata") / "schemas")
+SiblingStream = TypeVar("SiblingStream", bound="GuestDataStream")
 
 
 class GuestDataStream(RESTStream[int]):
@@ -82,8 +81,20 @@ class GuestDataStream(RESTStream[int]):
     # ------------------------------------------------------------------ shared run state
 
     @property
+    def tap(self) -> TapGuestData:
+        """The tap of this stream (the SDK keeps it as `_tap`, with no public name)."""
+        return cast("TapGuestData", self._tap)
+
+    def sibling(self, stream_type: type[SiblingStream]) -> SiblingStream:
+        """This tap's stream of that type: one instance per name, shared state and answers."""
+        stream = self.tap.streams[stream_type.name]
+        if not isinstance(stream, stream_type):
+            raise TypeError(f"stream {stream_type.name!r} is a {type(stream).__name__}")
+        return stream
+
+    @property
     def runtime(self) -> Runtime:
-        return self._tap.runtime  # type: ignore[attr-defined, no-any-return]
+        return self.tap.runtime
 
     @property
     def sync_started_at(self) -> dt.datetime:
@@ -159,44 +170,46 @@ class GuestDataStream(RESTStream[int]):
         return int(getattr(self.runtime.settings, self.window.lookback_setting) or 0)
 
     def state_key(self, context: Context | None) -> Hashable:
-        partition = self._get_state_partition_context(context) or {}
+        partition = self.state_manager.get_state_partition_context(context) or {}
         return tuple(sorted(partition.items()))
 
-    def _request(
-        self, prepared_request: requests.PreparedRequest, context: Context | None
+    @property
+    def authenticator(self) -> KeyPoolAuthenticator:
+        return self.runtime.authenticator  # keys are added per attempt (authenticator.py)
+
+    def request_decorator(self, func: RequestFunc) -> RequestFunc:
+        """The SDK's retries (the backoff hooks below) around `attempt`."""
+        return super().request_decorator(wraps(func)(partial(self.attempt, func)))
+
+    def attempt(
+        self,
+        send: RequestFunc,
+        prepared_request: requests.PreparedRequest,
+        context: Context | None,
     ) -> requests.Response:
-        """One attempt: a slot on the least-loaded key, then the request (spec 5.1, 8)."""
+        """One attempt, counted; none when the stream's group is forbidden (spec 4.5), and the
+        plan's copy of a first page is used instead of asking again."""
         if reason := self.runtime.gate.reason(self.scopes):
             raise StreamSkipped(reason)
         if (planned := self.runtime.first_pages.pop(str(prepared_request.url), None)) is not None:
             return planned  # read (and counted) when the run was planned
-        counters = self.runtime.counters_for(self.name)
-        lease = self.runtime.keys.acquire()
-        prepared_request.headers["Authorization"] = f"Bearer {lease.key}"
-        counters.add(requests=1)
-        self.runtime.progress.request_sent(self.name, lambda: counters.requests)
+        self.runtime.attempting(self.name)  # counted as sent once it gets a key's slot
         try:
-            response = self.requests_session.send(
-                prepared_request, timeout=self.timeout, allow_redirects=self.allow_redirects
-            )
-        except (requests.RequestException, OSError) as error:
-            lease.release(None)
-            raise TransientError(f"{self.describe(prepared_request)}: {error!r}") from None
-        finally:  # the key must not outlive the request object (exceptions keep a reference)
-            prepared_request.headers["Authorization"] = "Bearer <redacted>"
-        lease.release(response)
-        self.runtime.note_server_clock(response)
-        if response.status_code == requests.codes.too_many_requests:
-            counters.add(rate_limited=1)
-        self._write_request_duration_log(
-            endpoint=self.path, response=response, context=context, extra_tags=None
-        )
-        try:
-            self.validate_response(response)
-        except RateLimited as error:  # spec 8.3: pause this key only (all at the address cap)
-            at_address_cap = response.headers.get("X-RateLimit-Remaining") == "0"
-            lease.pause(error.retry_after, whole_address=at_address_cap)
+            return send(prepared_request, context)
+        except RateLimited:  # the adapter paused that key for Retry-After (spec 8.3)
+            self.runtime.counters_for(self.name).add(rate_limited=1)
             raise
+        except (requests.RequestException, OSError) as error:
+            raise TransientError(f"{self.describe(prepared_request)}: {error!r}") from None
+
+    def send_once(
+        self, prepared_request: requests.PreparedRequest, context: Context | None
+    ) -> requests.Response:
+        """The request on the wire and its check, without retries (the plan's first pages)."""
+        response = self.requests_session.send(
+            prepared_request, timeout=self.timeout, allow_redirects=self.allow_redirects
+        )
+        self.validate_response(response)
         return response
 
     # ------------------------------------------------------------------ the plan (progress.py)
@@ -215,7 +228,7 @@ class GuestDataStream(RESTStream[int]):
         url = str(prepared.url)
         response = self.runtime.first_pages.get(url)
         if response is None:  # one attempt: a failing endpoint is retried by its own sync
-            response = self._request(prepared, context)
+            response = self.attempt(self.send_once, prepared, context)
             self.runtime.first_pages[url] = response
         return response
 
@@ -374,7 +387,7 @@ class GuestDataStream(RESTStream[int]):
     def write_checkpoint(self) -> None:
         """A STATE message now, carrying how far this stream got."""
         self.resume_markers()
-        self._tap.state_writer.write_state(self.tap_state)
+        self.tap.state_writer.write_state(self.tap_state)
 
     def listing_finished(self, context: Context | None) -> None:
         """The whole window was read: keep the newest row of an interrupted run as the
@@ -410,7 +423,7 @@ class GuestDataStream(RESTStream[int]):
             raise FatalAPIError(f"{error} (on_forbidden=fail)") from None
         names = [
             stream.name
-            for stream in self._tap.streams.values()
+            for stream in self.tap.streams.values()
             if error.scope in getattr(stream, "scopes", ()) and stream.selected
         ]
         self.runtime.gate.close(error, names)
@@ -424,13 +437,6 @@ class GuestDataStream(RESTStream[int]):
             self._records_counter.records += 1
         return row
 
-    def sync(self, context: Context | None = None) -> None:
-        # drift.py watches a whole stream and its children (a child syncs once per parent)
-        watched = [self, *self.descendent_streams] if context is None else []
-        drift.streams_starting(watched)
-        super().sync(context)
-        drift.streams_ended(watched)
-
     def _utc_cursor(self, row: dict, key: str, value: Any) -> str:
         """The cursor value in UTC; a value that is not an instant stops the run, naming it."""
         if isinstance(value, str):
@@ -442,29 +448,6 @@ class GuestDataStream(RESTStream[int]):
             f"{self.name}: row id={row.get('id')!r} has {key}={value!r}, not an ISO 8601 "
             "instant (spec 1); the bookmark cannot be moved past it"
         )
-
-    def _generate_record_messages(self, record: dict) -> Iterator[RecordMessage]:
-        """The SDK's, without two passes that change nothing here: removing deselected
-        properties when every property is selected, and conforming at level NONE."""
-        if self._has_deselected_properties:
-            pop_deselected_record_properties(record, self.schema, self.mask)
-        if self.TYPE_CONFORMANCE_LEVEL != TypeConformanceLevel.NONE:
-            record = conform_record_data_types(
-                self.name, record, self.effective_schema, self.TYPE_CONFORMANCE_LEVEL, self.logger
-            )
-        for stream_map in self.stream_maps:
-            mapped = stream_map.transform(record)
-            if mapped is not None:
-                yield RecordMessage(
-                    stream=stream_map.stream_alias,
-                    record=mapped,
-                    version=self._stream_version,
-                    time_extracted=utc_now(),
-                )
-
-    @cached_property
-    def _has_deselected_properties(self) -> bool:
-        return not all(selected for breadcrumb, selected in self.mask.items() if breadcrumb)
 
     def compare_start_date(self, value: str, start_date_value: str) -> str:
         return max(value, start_date_value, key=windows.parse_boundary)

@@ -5,8 +5,8 @@ fields; a vendor adds fields without notice, and a target drops what SCHEMA does
   decides: `include` (default) sends the stream's SCHEMA again with the field added (nullable,
   typed from its first non-null value) before the first record that carries it, so SQL targets
   add the column; `drop` removes it from the records; `fail` stops the run.
-- A declared field that never arrived in a stream that emitted records: one WARNING at the
-  stream's end.
+- A declared field that never arrived in a stream that emitted records: one WARNING per
+  stream at the sync's end.
 - A value whose JSON type contradicts the schema (a string where an integer is declared; a
   boolean is no integer) stops the run with one line. Null passes for every field: a missing
   value, which a nullable column holds, not a contradicting type.
@@ -190,7 +190,7 @@ class SchemaWatch:
         return ", ".join(f"{key}={row.get(key)!r}" for key in keys)
 
     def report_missing(self) -> None:
-        """At the stream's end: declared fields no emitted row carried."""
+        """At the sync's end: declared fields no emitted row carried."""
         if not self.active or not self.records or not self.unseen:
             return
         self.stream.logger.warning(
@@ -214,7 +214,7 @@ def send_schema_with(stream: GuestDataStream, name: str, property_schema: dict[s
         stream._input_schema = schema
     vars(stream)["schema"] = schema  # shadows the class's StreamSchema for this stream only
     selected = get_selected_schema(stream.name, schema, stream.mask)
-    stream._tap.mapper.register_raw_stream_schema(stream.name, selected, stream.primary_keys)
+    stream.tap.mapper.register_raw_stream_schema(stream.name, selected, stream.primary_keys)
     stream._stream_maps = None
     stream._write_schema_message()
 
@@ -229,13 +229,13 @@ def check_row(stream: GuestDataStream, row: dict[str, Any]) -> None:
 
 
 def streams_starting(streams: Iterable[Stream]) -> None:
-    """A stream (and its children) starts: what a previous run saw is forgotten."""
+    """A sync starts: what a previous sync of the same tap object saw is forgotten."""
     for stream in streams:
         vars(stream).pop(_WATCH_ATTRIBUTE, None)
 
 
 def streams_ended(streams: Iterable[Stream]) -> None:
-    """A stream (and its children) finished: warn about declared fields that never came."""
+    """The sync finished: warn about declared fields that never came, stream by stream."""
     for stream in streams:
         current: SchemaWatch | None = vars(stream).pop(_WATCH_ATTRIBUTE, None)
         if current is not None:

@@ -14,8 +14,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
 
+from tap_guestdata.authenticator import KeyPoolAdapter, KeyPoolAuthenticator
 from tap_guestdata.http.errors import StreamForbidden
 from tap_guestdata.http.limiter import KeyPool
 from tap_guestdata.progress import Progress
@@ -87,11 +87,13 @@ class Runtime:
         self.keys = KeyPool(
             list(settings.keys), settings.requests_per_minute, settings.rate_limit_window_seconds
         )
+        self.authenticator = KeyPoolAuthenticator(self.keys)
         self.workers = settings.max_workers * len(settings.keys)  # max_workers is per key
         self.executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="guestdata")
         self.gate = Gate(logger)
         self.counters: dict[str, StreamCounters] = {}
         self._sessions = threading.local()
+        self._attempts = threading.local()  # the stream whose attempt this thread sends
         self._lookups: dict[str, Any] = {}
         self._lookup_lock = threading.Lock()
         self.server_clock_at_start: dt.datetime | None = None
@@ -104,6 +106,17 @@ class Runtime:
             window_seconds=settings.rate_limit_window_seconds,
         )
         self.first_pages: dict[str, requests.Response] = {}  # read by the plan, kept for the sync
+
+    def attempting(self, stream: str) -> None:
+        """This thread's next attempts are `stream`'s (counted when they get a key's slot)."""
+        self._attempts.stream = stream
+
+    def attempt_sent(self) -> None:
+        """An attempt got its slot and goes on the wire: count it for its stream."""
+        stream: str = self._attempts.stream
+        counters = self.counters_for(stream)
+        counters.add(requests=1)
+        self.progress.request_sent(stream, lambda: counters.requests)
 
     def note_server_clock(self, response: requests.Response) -> None:
         """Keep the API's clock (Date header) from the run's first answer: the members
@@ -126,11 +139,13 @@ class Runtime:
         return self.counters.setdefault(stream, StreamCounters())
 
     def session(self) -> requests.Session:
-        """One HTTP session (connection pool) per thread."""
+        """One HTTP session (connection pool) per thread, every attempt signed from the pool."""
         session = getattr(self._sessions, "session", None)
         if session is None:
             session = requests.Session()
-            adapter = HTTPAdapter(pool_connections=2, pool_maxsize=2, max_retries=0)
+            adapter = KeyPoolAdapter(
+                self.authenticator, on_send=self.attempt_sent, on_response=self.note_server_clock
+            )
             session.mount("http://", adapter)
             session.mount("https://", adapter)
             self._sessions.session = session

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from jsonschema import Draft7Validator
 from singer_sdk import typing as th
+from singer_sdk.typing import extend_validator_with_defaults
 
 from tap_guestdata import windows
 
@@ -187,30 +188,31 @@ class Settings:
     log_request_metrics: bool
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Settings:
+    def from_config(cls, config: Mapping[str, Any]) -> Settings:
+        """The validated config; every default is already in it (filled from the schema)."""
         return cls(
             keys=tuple(api_keys(config)),
             base_url=str(config["base_url"]).rstrip("/"),
             start_date=config.get("start_date") or None,
-            requests_per_minute=int(config.get("requests_per_minute", 120)),
-            rate_limit_window_seconds=float(config.get("rate_limit_window_seconds", 60)),
+            requests_per_minute=int(config["requests_per_minute"]),
+            rate_limit_window_seconds=float(config["rate_limit_window_seconds"]),
             rewards_lookback_days=config.get("rewards_lookback_days"),
-            redemptions_lookback_days=int(config.get("redemptions_lookback_days", 30)),
-            stats_lookback_days=int(config.get("stats_lookback_days", 0)),
+            redemptions_lookback_days=int(config["redemptions_lookback_days"]),
+            stats_lookback_days=int(config["stats_lookback_days"]),
             stats_history_days=config.get("stats_history_days"),
-            members_margin_seconds=int(config.get("members_margin_seconds", 60)),
-            on_forbidden=str(config.get("on_forbidden", "warn")),
-            schema_drift=str(config.get("schema_drift", "include")),
-            max_workers=int(config.get("max_workers", 4)),
-            request_timeout_seconds=float(config.get("request_timeout_seconds", 30)),
-            max_retries=int(config.get("max_retries", 8)),
-            state_interval_seconds=float(config.get("state_interval_seconds", 10)),
-            progress_interval_seconds=float(config.get("progress_interval_seconds", 30)),
-            log_request_metrics=bool(config.get("log_request_metrics", False)),
+            members_margin_seconds=int(config["members_margin_seconds"]),
+            on_forbidden=str(config["on_forbidden"]),
+            schema_drift=str(config["schema_drift"]),
+            max_workers=int(config["max_workers"]),
+            request_timeout_seconds=float(config["request_timeout_seconds"]),
+            max_retries=int(config["max_retries"]),
+            state_interval_seconds=float(config["state_interval_seconds"]),
+            progress_interval_seconds=float(config["progress_interval_seconds"]),
+            log_request_metrics=bool(config["log_request_metrics"]),
         )
 
 
-def api_keys(config: dict[str, Any]) -> list[str]:
+def api_keys(config: Mapping[str, Any]) -> list[str]:
     """api_keys, plus api_key when both are set, without repeats."""
     keys = list(config.get("api_keys") or [])
     single = config.get("api_key")
@@ -220,8 +222,11 @@ def api_keys(config: dict[str, Any]) -> list[str]:
 
 
 def validate(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
-    """Every problem with the config, each naming its setting; [] when valid."""
-    errors = [_schema_error(error) for error in Draft7Validator(schema).iter_errors(config)]
+    """Every problem with the config, each naming its setting; [] when valid. Fills in the
+    schema's defaults as the SDK does (its validator, extended with defaults): they live in the
+    schema alone."""
+    validator = extend_validator_with_defaults(Draft7Validator)(schema)
+    errors = [_schema_error(error) for error in validator.iter_errors(config)]
     errors += _key_errors(config)
     if isinstance(config.get("base_url"), str):
         errors += _base_url_errors(config["base_url"])

@@ -17,6 +17,7 @@ from singer_sdk import Stream, Tap
 from singer_sdk.exceptions import ConfigValidationError, FatalAPIError, RetriableAPIError
 from singer_sdk.helpers.capabilities import CapabilitiesEnum, PluginCapabilities, TapCapabilities
 
+from tap_guestdata import drift
 from tap_guestdata import settings as settings_module
 from tap_guestdata.client import GuestDataStream
 from tap_guestdata.progress import QuietLog
@@ -63,9 +64,11 @@ class TapGuestData(Tap):
     ]
 
     def _validate_config(self, *, raise_errors: bool = True) -> list[str]:
-        """Validate before any request; no message repeats a key (settings.py)."""
+        """The SDK's step (defaults filled from the schema, errors raised before any request),
+        with messages that never repeat a key and the checks a schema cannot say (settings.py).
+        Override register: docs/development.md."""
         self.append_builtin_config(self.config_jsonschema)
-        errors = settings_module.validate(dict(self._config), self.config_jsonschema)
+        errors = settings_module.validate(self._config, self.config_jsonschema)
         if errors and raise_errors:
             raise ConfigValidationError(
                 "Config validation failed: " + "; ".join(errors),
@@ -121,12 +124,16 @@ class TapGuestData(Tap):
         verbose = self.runtime.settings.log_request_metrics or self.logger.isEnabledFor(
             logging.DEBUG
         )
-        stream_loggers = [stream.logger for stream in self.streams.values()]
+        streams = list(self.streams.values())
         try:
-            with QuietLog(self.metrics_logger, stream_loggers, per_request=verbose):
+            with QuietLog(
+                self.metrics_logger, [each.logger for each in streams], per_request=verbose
+            ):
                 self.log_plan()
                 self.runtime.progress.start()
+                drift.streams_starting(streams)
                 super().sync_all()
+                drift.streams_ended(streams)  # declared fields that never arrived (drift.py)
         finally:
             if "runtime" in self.__dict__:
                 self.log_summary()

@@ -44,8 +44,11 @@ class Venues(GuestDataStream):
 
 def all_venues(stream: GuestDataStream) -> list[dict[str, Any]]:
     """The account's venues, read once per run and shared with the statistics streams."""
-    venues = stream._tap.streams["venues"]
-    return stream.runtime.lookup("venues", lambda: list(venues.request_records(None)))  # type: ignore[no-any-return]
+    venues = stream.sibling(Venues)
+    rows: list[dict[str, Any]] = stream.runtime.lookup(
+        "venues", lambda: list(venues.request_records(None))
+    )
+    return rows
 
 
 class Guests(GuestDataStream):

@@ -54,8 +54,7 @@ class Programme(RewardsStream):
 
 
 def programme_answer(stream: GuestDataStream) -> dict[str, Any]:
-    programme: Programme = stream._tap.streams["programme"]  # type: ignore[assignment]
-    return programme.answer()
+    return stream.sibling(Programme).answer()
 
 
 class ProgrammeVenues(RewardsStream):
@@ -152,7 +151,7 @@ class OfferStats(RewardsStream):
         return [{"offer_id": data["id"], **data["stats"]}]
 
     def planned_requests(self) -> StreamPlan:
-        offers: Offers = self._tap.streams["offers"]  # type: ignore[assignment]
+        offers = self.sibling(Offers)
         count = sum(listing_total(page) or 0 for page in offers.first_pages())
         return StreamPlan(self.name, count, f"one per offer: {count} offers")
 
@@ -254,7 +253,7 @@ class Members(RewardsStream):
         self._walked_member_ids.clear()
 
     def ledger(self) -> MemberLedger:
-        return self._tap.streams["member_ledger"]  # type: ignore[return-value]
+        return self.sibling(MemberLedger)
 
     def _increment_stream_state(
         self, latest_record: dict, *, context: Context | None = None
@@ -283,7 +282,7 @@ class MemberLedger(RewardsStream):
     skip_missing_partition = True
 
     def members(self) -> Members:
-        return self._tap.streams["members"]  # type: ignore[return-value]
+        return self.sibling(Members)
 
     def planned_requests(self) -> StreamPlan:
         count = listing_total(self.members().first_page(None)) or 0
@@ -354,7 +353,7 @@ class Rewards(RewardsStream):
             return self.runtime.settings.rewards_lookback_days
         if self.bookmark(None) is None or not self.uses_fixed_lookback():
             return 0  # a first run reads everything; else the oldest open reward bounds it
-        offers: Offers = self._tap.streams["offers"]  # type: ignore[assignment]
+        offers = self.sibling(Offers)
         try:
             days = [int(row["valid_days_after_issue"] or 0) for row in offers.all_offers()]
         except StreamForbidden:

@@ -65,7 +65,8 @@ def test_plan_and_progress_lines_of_a_run_over_a_minute(sandbox: SandboxProcess)
     gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(times)]
     assert min(gaps) >= 9.5, gaps  # one line per interval and stream
     done = [int(line["done"]) for line in ledger_lines]
-    assert done == sorted(done) and done[-1] < ledger_requests, done
+    # <= : a line may fall between the last request's slot and the stream's end (same instant)
+    assert done == sorted(done) and done[-1] <= ledger_requests, done
     for line in ledger_lines:
         assert int(line["total"]) == ledger_requests
         assert int(line["percent"]) == round(100 * int(line["done"]) / ledger_requests)
