@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from guestdata_sandbox.generate import AccountData
+from guestdata_sandbox.dataset import AccountData
 from guestdata_sandbox.rules import iso, mask_email, mask_phone, mask_text
 
 FOREVER = float("inf")

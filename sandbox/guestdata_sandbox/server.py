@@ -8,39 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl
 
 import orjson
 
-from guestdata_sandbox import routes
+from guestdata_sandbox import control, routes
 from guestdata_sandbox.ratelimit import RateLimiter
+from guestdata_sandbox.server_state import Fault, ServerState
 from guestdata_sandbox.store import Store
 
 BASE_PATH = "/api/v1/customer"
 CONTROL_PATH = "/_sandbox"
-LOG_LIMIT = 200_000
 BAD_GATEWAY_PAGE = (
     b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
     b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n"
     b"</body>\r\n</html>\r\n"
 )
 NOT_FOUND_REWARD = b'{"message":"Not found.","error":"REWARD_NOT_FOUND"}'  # spec 7
-
-
-@dataclass
-class Fault:
-    kind: str
-    count: int
-    path: str = ""
-    retry_after: int = 1
-    seconds: float = 1.0
 
 
 class SandboxServer(ThreadingHTTPServer):
@@ -50,39 +38,7 @@ class SandboxServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], store: Store, limiter: RateLimiter) -> None:
         super().__init__(address, Handler)
-        self.store, self.limiter = store, limiter
-        self.state_lock = threading.Lock()
-        self.faults: deque[Fault] = deque()
-        self.latency = 0.0
-        self.log: list[dict] = []
-        self.log_seq = 0
-
-    def take_fault(self, path: str) -> Fault | None:
-        with self.state_lock:
-            for fault in self.faults:
-                if path.startswith(fault.path):
-                    fault.count -= 1
-                    if fault.count <= 0:
-                        self.faults.remove(fault)
-                    return fault
-        return None
-
-    def record(self, received: float, key: str | None, ip: str, path: str, query: str, status: int):
-        with self.state_lock:
-            self.log_seq += 1
-            self.log.append(
-                {
-                    "seq": self.log_seq,
-                    "time": received,
-                    "key": key,
-                    "ip": ip,
-                    "path": path,
-                    "query": query,
-                    "status": status,
-                }
-            )
-            if len(self.log) > LOG_LIMIT:
-                del self.log[: LOG_LIMIT // 10]
+        self.state = ServerState(store, limiter)
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -150,9 +106,8 @@ class Handler(BaseHTTPRequestHandler):
         body = self.request_body()
         path, _, raw_query = self.path.partition("?")
         if path == CONTROL_PATH or path.startswith(CONTROL_PATH + "/"):
-            from guestdata_sandbox import control
-
-            control.handle(self, method, path[len(CONTROL_PATH) :], raw_query, body)
+            ip, path = self.client_address[0], path[len(CONTROL_PATH) :]
+            self.reply(*control.handle(self.server.state, ip, method, path, raw_query, body))
         elif path == BASE_PATH or path.startswith(BASE_PATH + "/"):
             self.api(method, path[len(BASE_PATH) :] or "/", raw_query, received)
         else:
@@ -161,21 +116,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def api(self, method: str, path: str, raw_query: str, received: float) -> None:
         """Each answer is logged before it is sent, so a client that reads the log sees it."""
-        server = self.server
+        state = self.server.state
         authorization = self.headers.get("Authorization")
         key, ip = bearer_token(authorization), self.client_address[0]
 
         def record(status: int) -> None:
-            server.record(received, key, ip, path, raw_query, status)
+            state.record(received, key, ip, path, raw_query, status)
 
-        fault = server.take_fault(path)
+        fault = state.take_fault(path)
         if fault is not None and fault.kind != "slow":
             self.fault(fault, method, path, raw_query, authorization, record)
             return
-        delay = server.latency + (fault.seconds if fault is not None else 0.0)
+        delay = state.latency + (fault.seconds if fault is not None else 0.0)
         if delay > 0:
             time.sleep(delay)
-        decision = server.limiter.check(ip, key)
+        decision = state.limiter.check(ip, key)
         headers = {
             "X-RateLimit-Limit": str(decision.limit),
             "X-RateLimit-Remaining": str(decision.remaining),
@@ -186,7 +141,7 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(429, b'{"message":"Too Many Attempts."}', headers)
             return
         query = dict(parse_qsl(raw_query, keep_blank_values=True))  # PHP: "+" becomes a space
-        status, body = routes.dispatch(server.store, method, authorization, path, query)
+        status, body = routes.dispatch(state.store, method, authorization, path, query)
         record(status)
         self.reply(status, body, headers)
 
@@ -222,7 +177,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
         else:  # truncated: the real answer cut in half, Content-Length matching what is sent
             query = dict(parse_qsl(raw_query, keep_blank_values=True))
-            _, body = routes.dispatch(self.server.store, method, authorization, path, query)
+            _, body = routes.dispatch(self.server.state.store, method, authorization, path, query)
             record(200)
             self.reply(200, body[: len(body) // 2], headers)
 

@@ -2,52 +2,41 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
 
 from guestdata_sandbox import mutations, truth
 from guestdata_sandbox.accounts import KEYS
-
-if TYPE_CHECKING:
-    from guestdata_sandbox.server import Handler
-
-FAULT_KINDS = (
-    "rate_limit",
-    "server_error",
-    "bad_gateway_html",
-    "slow",
-    "drop",
-    "truncated",
-    "not_found",
-)
+from guestdata_sandbox.server_state import FAULT_KINDS, Fault, ServerState
 
 
 def is_loopback(address: str) -> bool:
     return address.startswith("127.") or address in ("::1", "::ffff:127.0.0.1")
 
 
-def handle(handler: Handler, method: str, path: str, raw_query: str, body: bytes) -> None:
-    if not is_loopback(handler.client_address[0]):
-        handler.reply(403, b'{"message":"The control surface answers loopback clients only."}')
-        return
+def handle(
+    state: ServerState, client_ip: str, method: str, path: str, raw_query: str, body: bytes
+) -> tuple[int, bytes]:
+    """The status and JSON body answering one control call (`path` is below /_sandbox)."""
+    if not is_loopback(client_ip):
+        return 403, b'{"message":"The control surface answers loopback clients only."}'
     query = dict(parse_qsl(raw_query, keep_blank_values=True))
     try:
         payload: Any = orjson.loads(body) if body.strip() else {}
     except orjson.JSONDecodeError:
-        handler.reply(400, b'{"message":"The body must be JSON."}')
-        return
+        return 400, b'{"message":"The body must be JSON."}'
     try:
-        status, answer = route(handler, method, path.rstrip("/"), query, payload)
+        return route(state, method, path.rstrip("/"), query, payload)
     except mutations.MutationError as failure:
-        status, answer = failure.status, orjson.dumps({"ok": False, "message": str(failure)})
-    handler.reply(status, answer)
+        return failure.status, orjson.dumps({"ok": False, "message": str(failure)})
 
 
-def route(handler: Handler, method: str, path: str, query: dict, payload: Any) -> tuple[int, bytes]:
-    server = handler.server
-    store = server.store
+def route(
+    state: ServerState, method: str, path: str, query: dict, payload: Any
+) -> tuple[int, bytes]:
+    store = state.store
     if (method, path) == ("GET", "/health"):
         info = {"ok": True, "size": store.size, "seed": store.seed, "anchor": str(store.anchor)}
         info["generation_seconds"] = round(store.dataset.generation_seconds, 3)
@@ -67,12 +56,12 @@ def route(handler: Handler, method: str, path: str, query: dict, payload: Any) -
         return 200, truth.truth(store, key, resource)
     if (method, path) == ("GET", "/requests"):
         after = int(query.get("after") or 0)
-        with server.state_lock:
-            entries = [entry for entry in server.log if entry["seq"] > after]
+        with state.lock:
+            entries = [entry for entry in state.log if entry["seq"] > after]
         return 200, orjson.dumps(entries)
     if (method, path) == ("DELETE", "/requests"):
-        with server.state_lock:
-            server.log.clear()
+        with state.lock:
+            state.log.clear()
         return 200, b'{"ok":true}'
     if (method, path) == ("POST", "/mutate"):
         fields = dict(payload)
@@ -80,34 +69,32 @@ def route(handler: Handler, method: str, path: str, query: dict, payload: Any) -
         result = mutations.apply(store, str(action), fields)
         return 200, orjson.dumps({"ok": True, **result})
     if (method, path) == ("POST", "/faults"):
-        return add_fault(handler, payload)
+        return add_fault(state, payload)
     if (method, path) == ("DELETE", "/faults"):
-        with server.state_lock:
-            server.faults.clear()
+        with state.lock:
+            state.faults.clear()
         return 200, b'{"ok":true}'
     if (method, path) == ("POST", "/latency"):
-        server.latency = max(0.0, float(payload.get("seconds", 0)))
-        return 200, orjson.dumps({"ok": True, "seconds": server.latency})
+        state.latency = max(0.0, float(payload.get("seconds", 0)))
+        return 200, orjson.dumps({"ok": True, "seconds": state.latency})
     if (method, path) == ("POST", "/limits"):
-        server.limiter.configure(payload.get("enabled"), payload.get("time_scale"))
-        limiter = server.limiter
+        state.limiter.configure(payload.get("enabled"), payload.get("time_scale"))
+        limiter = state.limiter
         return 200, orjson.dumps(
             {"ok": True, "enabled": limiter.enabled, "time_scale": limiter.time_scale}
         )
     if (method, path) == ("POST", "/reset"):
         store.load()
-        with server.state_lock:
-            server.log.clear()
-            server.faults.clear()
-            server.latency = 0.0
-        server.limiter.configure()
+        with state.lock:
+            state.log.clear()
+            state.faults.clear()
+            state.latency = 0.0
+        state.limiter.configure()
         return 200, b'{"ok":true}'
     return 404, orjson.dumps({"message": f"no control call {method} /_sandbox{path}"})
 
 
-def add_fault(handler: Handler, payload: dict) -> tuple[int, bytes]:
-    from guestdata_sandbox.server import Fault
-
+def add_fault(state: ServerState, payload: dict) -> tuple[int, bytes]:
     kind = payload.get("kind")
     if kind not in FAULT_KINDS:
         return 400, orjson.dumps({"ok": False, "message": f"kind must be one of {FAULT_KINDS}"})
@@ -118,6 +105,6 @@ def add_fault(handler: Handler, payload: dict) -> tuple[int, bytes]:
         retry_after=int(payload.get("retry_after", 1)),
         seconds=float(payload.get("seconds", 1.0)),
     )
-    with handler.server.state_lock:
-        handler.server.faults.append(fault)
+    with state.lock:
+        state.faults.append(fault)
     return 200, b'{"ok":true}'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 
-from guestdata_sandbox.generate import AccountData, Dataset, Size, pick, stream
+from guestdata_sandbox.dataset import AccountData, Dataset, Size
 from guestdata_sandbox.generate_rewards import (
     CODE_ALPHABET,
     DAY,
@@ -16,6 +16,7 @@ from guestdata_sandbox.generate_rewards import (
     make_programme,
 )
 from guestdata_sandbox.rules import london_day_start
+from guestdata_sandbox.seeded import pick, stream
 
 VISIT_GAP_S = 4 * 3600  # visits at least this far apart, so each visit's lines stay in order
 VOID_REASONS = ("Wrong reward scanned", "Guest changed their mind", "Till error")

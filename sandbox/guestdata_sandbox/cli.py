@@ -8,7 +8,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from guestdata_sandbox.generate import SIZES
+from guestdata_sandbox import selfbench
+from guestdata_sandbox.dataset import SIZES
 from guestdata_sandbox.ratelimit import RateLimiter
 from guestdata_sandbox.server import BASE_PATH, make_server
 from guestdata_sandbox.store import Store
@@ -70,9 +71,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "serve":
         serve(args)
     else:
-        from guestdata_sandbox.selfbench import run
-
-        run(args.size, args.seconds, args.threads)
+        selfbench.run(args.size, args.seconds, args.threads)
 
 
 if __name__ == "__main__":

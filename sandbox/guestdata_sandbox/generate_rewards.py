@@ -12,8 +12,10 @@ import random
 from typing import Any
 
 from guestdata_sandbox import names
-from guestdata_sandbox.generate import AccountData, Dataset, Size, partner_for, pick
+from guestdata_sandbox.accounts import ACCOUNTS, PARTNERS
+from guestdata_sandbox.dataset import AccountData, Dataset, Size
 from guestdata_sandbox.rules import zone
+from guestdata_sandbox.seeded import pick
 
 DAY = 86400.0
 TIERS = (
@@ -30,6 +32,13 @@ TIERS = (
 CHANNELS = ("staff_scan", "staff_code", "terminal_pin", "pos_api", "self_serve", "manager_manual")
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 STAFF_USER_IDS = (71, 72, 73, 74, 75, 76)
+
+
+def partner_for(dataset: Dataset, account_id: int) -> str:
+    """spec 2.6: mirror_to_<partner>; the partner differs by seed and account."""
+    rank = sorted(ACCOUNTS).index(account_id)  # 0 for the main account, 1.. for the others
+    shift = 0 if ACCOUNTS[account_id].main else 1 + rank % (len(PARTNERS) - 1)
+    return PARTNERS[(dataset.seed + shift) % len(PARTNERS)]
 
 
 def make_programme(dataset: Dataset, data: AccountData, rng: random.Random) -> None:

@@ -17,8 +17,9 @@ import orjson
 
 from guestdata_sandbox import render, row_fields
 from guestdata_sandbox.accounts import ACCOUNTS, KEYS, ApiKey
-from guestdata_sandbox.generate import AccountData, Dataset, generate
-from guestdata_sandbox.rules import london_day_end, london_day_start, london_today
+from guestdata_sandbox.dataset import AccountData, Dataset
+from guestdata_sandbox.generate import generate
+from guestdata_sandbox.rules import london_date, london_day_end, london_day_start, london_today
 
 LIST_CACHE_LIMIT = 512
 
@@ -170,22 +171,16 @@ class Store:
         venue_rows, account_rows = [], []
         venue_ids = sorted(venue["id"] for venue in data.venues)
         for venue in sorted(data.venues, key=lambda venue: venue["id"]):
-            for day in days(render_day(venue["created_at"]), today):
+            for day in days(london_date(venue["created_at"]), today):
                 label = day.isoformat()
                 row = {"venue_id": venue["id"], "date": label}
                 venue_rows.append(row | counts(per_venue.get((venue["id"], label))))
-        earliest = min(render_day(venue["created_at"]) for venue in data.venues)
+        earliest = min(london_date(venue["created_at"]) for venue in data.venues)
         for day in days(earliest, today):
             label = day.isoformat()
             row = {"date": label, "venue_ids": venue_ids}
             account_rows.append(row | counts(per_day.get(label)))
         return venue_rows, account_rows
-
-
-def render_day(epoch: float) -> dt.date:
-    from guestdata_sandbox.rules import london_date
-
-    return london_date(epoch)
 
 
 def days(first: dt.date, last: dt.date) -> Iterable[dt.date]:

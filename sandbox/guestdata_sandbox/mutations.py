@@ -12,10 +12,12 @@ from typing import Any
 
 from guestdata_sandbox import names, row_fields
 from guestdata_sandbox.accounts import KEYS, ApiKey
-from guestdata_sandbox.generate import AccountData, phone_number, pick
+from guestdata_sandbox.dataset import AccountData
+from guestdata_sandbox.generate import phone_number
 from guestdata_sandbox.generate_members import new_member, touch
 from guestdata_sandbox.generate_rewards import TIERS, MemberLife
 from guestdata_sandbox.rules import london_date
+from guestdata_sandbox.seeded import pick
 from guestdata_sandbox.store import Store
 
 MAIN_ACCOUNT = 1001

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import math
 from collections.abc import Callable, Mapping
@@ -12,7 +13,7 @@ import orjson
 
 from guestdata_sandbox import mutations, render
 from guestdata_sandbox.accounts import ACCOUNTS, ApiKey
-from guestdata_sandbox.generate import AccountData
+from guestdata_sandbox.dataset import AccountData
 from guestdata_sandbox.rules import (
     STATS_DEFAULT_DAYS,
     ValidationError,
@@ -164,8 +165,6 @@ def guests(ctx: Context, query: Mapping[str, str]) -> bytes:
     cache_key = ("guests", data.account.account_id, venue_ids, first, last, consent)
 
     def build() -> list[dict]:
-        import bisect
-
         start = (
             0 if first is None else bisect.bisect_left(data.guest_times, london_day_start(first))
         )
