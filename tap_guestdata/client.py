@@ -13,6 +13,7 @@ from collections.abc import Generator, Hashable, Iterable, Iterator
 from functools import partial, wraps
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from urllib.parse import urlsplit
 
 import orjson
 import requests
@@ -51,6 +52,7 @@ BACKOFF_FIRST_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 60.0
 RATE_LIMITED_RETRY_CAP = 100  # 429s per request before giving up (they wait, they don't fail)
 SCHEMAS = SchemaDirectory(resources.files("tap_guestdata") / "schemas")
+PartitionKey = tuple[tuple[str, Any], ...]  # a state partition (context), hashable
 SiblingStream = TypeVar("SiblingStream", bound="GuestDataStream")
 
 
@@ -71,12 +73,12 @@ class GuestDataStream(RESTStream[int]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._window_params: dict[Hashable, dict[str, Any]] = {}
+        self._window_params: dict[PartitionKey, dict[str, Any]] = {}
         self._prefetched = Prefetched()
         self._listing = threading.local()  # the NewestFirstPages of the listing being read
         self._records_counter: StreamCounters | None = None
         self._utc_replication_key: str | None = None
-        self._listing_progress: dict[Hashable, ListingProgress] = {}
+        self._listing_progress: dict[PartitionKey, ListingProgress] = {}
 
     # ------------------------------------------------------------------ shared run state
 
@@ -87,10 +89,10 @@ class GuestDataStream(RESTStream[int]):
 
     def sibling(self, stream_type: type[SiblingStream]) -> SiblingStream:
         """This tap's stream of that type: one instance per name, shared state and answers."""
-        stream = self.tap.streams[stream_type.name]
-        if not isinstance(stream, stream_type):
-            raise TypeError(f"stream {stream_type.name!r} is a {type(stream).__name__}")
-        return stream
+        for stream in self.tap.streams.values():
+            if type(stream) is stream_type:
+                return stream
+        raise LookupError(f"{stream_type.__name__} is not a stream of this tap")
 
     @property
     def runtime(self) -> Runtime:
@@ -118,10 +120,12 @@ class GuestDataStream(RESTStream[int]):
 
     # ------------------------------------------------------------------ requests
 
-    def get_new_paginator(self) -> LastPagePaginator | None:  # type: ignore[override]
+    def get_new_paginator(self) -> LastPagePaginator | None:
         return LastPagePaginator(start_value=1) if self.paged else None
 
-    def get_url_params(self, context: Context | None, next_page_token: int | None) -> dict:
+    def get_url_params(
+        self, context: Context | None, next_page_token: int | None
+    ) -> dict[str, Any]:
         params = {**self.partition_params(context), **self.window_params(context)}
         if self.paged:
             params.update(per_page=PER_PAGE, page=next_page_token or 1)
@@ -169,7 +173,7 @@ class GuestDataStream(RESTStream[int]):
             return 0
         return int(getattr(self.runtime.settings, self.window.lookback_setting) or 0)
 
-    def state_key(self, context: Context | None) -> Hashable:
+    def state_key(self, context: Context | None) -> PartitionKey:
         partition = self.state_manager.get_state_partition_context(context) or {}
         return tuple(sorted(partition.items()))
 
@@ -254,7 +258,7 @@ class GuestDataStream(RESTStream[int]):
 
     @property
     def _base_path(self) -> str:
-        path = requests.utils.urlparse(self.url_base).path
+        path = urlsplit(self.url_base).path
         return path if path.endswith(BASE_PATH) else BASE_PATH
 
     def validate_response(self, response: requests.Response) -> None:
@@ -282,7 +286,7 @@ class GuestDataStream(RESTStream[int]):
             )
         setattr(response, BODY_ATTRIBUTE, body)
 
-    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+    def parse_response(self, response: requests.Response) -> Iterable[dict[str, Any]]:
         data = body_of(response).get("data")
         if isinstance(data, list):
             guard: NewestFirstPages | None = getattr(self._listing, "guard", None)
@@ -291,7 +295,7 @@ class GuestDataStream(RESTStream[int]):
 
     # ------------------------------------------------------------------ retries (backoff)
 
-    def backoff_wait_generator(self) -> Generator[float, Any, None]:  # type: ignore[override]
+    def backoff_wait_generator(self) -> Generator[float, Any, None]:
         """429: no extra wait here (the pool holds that key back for Retry-After, another key
         may go at once) and not counted as a failure; 5xx, timeouts, dropped connections and
         bad bodies: exponential backoff, at most max_retries times, then the error is raised."""
@@ -428,7 +432,9 @@ class GuestDataStream(RESTStream[int]):
         ]
         self.runtime.gate.close(error, names)
 
-    def post_process(self, row: dict, context: Context | None = None) -> dict | None:
+    def post_process(
+        self, row: dict[str, Any], context: Context | None = None
+    ) -> dict[str, Any] | None:
         drift.check_row(self, row)  # fields the schema lacks, or of another type (drift.py)
         key = self._utc_replication_key
         if key is not None and (value := row.get(key)) is not None:
@@ -437,7 +443,7 @@ class GuestDataStream(RESTStream[int]):
             self._records_counter.records += 1
         return row
 
-    def _utc_cursor(self, row: dict, key: str, value: Any) -> str:
+    def _utc_cursor(self, row: dict[str, Any], key: str, value: Any) -> str:
         """The cursor value in UTC; a value that is not an instant stops the run, naming it."""
         if isinstance(value, str):
             try:

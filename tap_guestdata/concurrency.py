@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Executor, Future
-from typing import TypeVar
+from typing import Any, TypeVar
 
 Item = TypeVar("Item")
+Rows = list[dict[str, Any]]  # one partition's rows
 Result = TypeVar("Result")
 
 
@@ -36,12 +37,12 @@ class Prefetched:
     """A child stream's partitions fetched ahead by its parent, keyed by partition."""
 
     def __init__(self) -> None:
-        self._futures: dict[Hashable, Future[list[dict]]] = {}
+        self._futures: dict[Hashable, Future[Rows]] = {}
 
-    def submit(self, executor: Executor, key: Hashable, work: Callable[[], list[dict]]) -> None:
+    def submit(self, executor: Executor, key: Hashable, work: Callable[[], Rows]) -> None:
         self._futures[key] = executor.submit(work)
 
-    def take(self, key: Hashable) -> Future[list[dict]] | None:
+    def take(self, key: Hashable) -> Future[Rows] | None:
         return self._futures.pop(key, None)
 
     def clear(self) -> None:
@@ -51,11 +52,11 @@ class Prefetched:
 
 
 def lookahead(
-    records: Iterable[dict], on_read: Callable[[dict], None], window: int
-) -> Iterator[dict]:
+    records: Iterable[dict[str, Any]], on_read: Callable[[dict[str, Any]], None], window: int
+) -> Iterator[dict[str, Any]]:
     """Yield `records` `window` behind reading them, calling `on_read` as each is read, so the
     work `on_read` starts (a child's requests) runs while earlier records are written."""
-    held: deque[dict] = deque()
+    held: deque[dict[str, Any]] = deque()
     for record in records:
         on_read(record)
         held.append(record)

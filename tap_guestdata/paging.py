@@ -18,8 +18,8 @@ BODY_ATTRIBUTE = "_guestdata_body"  # the parsed JSON, kept on the response when
 
 
 def body_of(response: requests.Response) -> dict[str, Any]:
-    body = getattr(response, BODY_ATTRIBUTE, None)
-    return body if body is not None else orjson.loads(response.content)
+    body: dict[str, Any] | None = getattr(response, BODY_ATTRIBUTE, None)
+    return body if body is not None else dict(orjson.loads(response.content))
 
 
 class LastPagePaginator(PageNumberPaginator):

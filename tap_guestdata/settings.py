@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from jsonschema import Draft7Validator
 from singer_sdk import typing as th
-from singer_sdk.typing import extend_validator_with_defaults
+from singer_sdk.typing import DEFAULT_JSONSCHEMA_VALIDATOR, extend_validator_with_defaults
 
 from tap_guestdata import windows
 
@@ -225,7 +224,7 @@ def validate(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
     """Every problem with the config, each naming its setting; [] when valid. Fills in the
     schema's defaults as the SDK does (its validator, extended with defaults): they live in the
     schema alone."""
-    validator = extend_validator_with_defaults(Draft7Validator)(schema)
+    validator = extend_validator_with_defaults(DEFAULT_JSONSCHEMA_VALIDATOR)(schema)
     errors = [_schema_error(error) for error in validator.iter_errors(config)]
     errors += _key_errors(config)
     if isinstance(config.get("base_url"), str):
@@ -334,8 +333,10 @@ def state_errors(state: Any, streams: Mapping[str, Any]) -> list[str]:
 
 
 BOOKMARK_TIME_KEYS = ("replication_key_value", "updated_since", "oldest_open_issued_at")
-RESUME_TIME_KEYS = ("oldest", "newest", "oldest_open_issued_at", "started_at", "boundary")
-RESUME_TIME_KEYS += ("members_bookmark", "ledger_newest")
+RESUME_TIME_KEYS = (
+    *("oldest", "newest", "oldest_open_issued_at"),  # ListingProgress (resume.py)
+    *("started_at", "boundary", "members_bookmark", "ledger_newest"),  # MemberWalk
+)
 
 
 def _readable_bookmark(entry: dict[str, Any]) -> bool:

@@ -78,7 +78,7 @@ class TapGuestData(Tap):
         return errors
 
     @classmethod
-    def invoke(cls, *, state: IO[str] | None = None, **options: Any) -> None:  # type: ignore[override]
+    def invoke(cls, *, state: IO[str] | None = None, **options: Any) -> None:
         """The SDK's, refusing a state file that is not JSON with a message, and ending a run
         the API stopped (spec 7) with its one-line message rather than a traceback."""
         if state is not None:

@@ -86,7 +86,7 @@ def classify(response: requests.Response, request_text: str) -> Exception:
     body = error_body(response)
     message = str(body.get("message") or response.reason or "")
     code = str(body.get("error") or "")
-    meta = body.get("meta") if isinstance(body.get("meta"), dict) else {}
+    meta: dict[str, Any] = body["meta"] if isinstance(body.get("meta"), dict) else {}
     if status == HTTPStatus.TOO_MANY_REQUESTS:
         wait = retry_after_seconds(response)
         return RateLimited(

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from tap_guestdata import windows
-from tap_guestdata.client import GuestDataStream, body_of
+from tap_guestdata.client import GuestDataStream
 from tap_guestdata.concurrency import ordered_map
+from tap_guestdata.paging import body_of
 from tap_guestdata.progress import StreamPlan
 from tap_guestdata.windows import TimeWindow
 
@@ -112,7 +113,9 @@ class _DailyStatistics(GuestDataStream):
 
     def window_params(self, context: Context | None) -> dict[str, Any]:
         day = (context or {}).get("day")
-        return {self.window.since: day, self.window.until: day} if day and self.window else {}
+        if not day or self.window is None or self.window.until is None:
+            return {}
+        return {self.window.since: day, self.window.until: day}
 
     def totals(self, response: requests.Response) -> dict[str, Any]:
         data = body_of(response)["data"]
@@ -142,7 +145,7 @@ class DailyStats(_DailyStatistics):
         created = next(row["created_at"] for row in all_venues(self) if row["id"] == venue_id)
         return windows.london_day(created)
 
-    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+    def parse_response(self, response: requests.Response) -> Iterable[dict[str, Any]]:
         venue_id = body_of(response)["meta"]["venue_ids"][0]  # spec 2.4: the venues covered
         return [{"venue_id": venue_id, **self.totals(response)}]
 
@@ -160,7 +163,7 @@ class DailyAccountStats(_DailyStatistics):
         days = self.days_to_read(None)
         return StreamPlan(self.name, days, f"one per day: {days} days")
 
-    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+    def parse_response(self, response: requests.Response) -> Iterable[dict[str, Any]]:
         totals = self.totals(response)
         venue_ids = body_of(response)["meta"]["venue_ids"]
         return [{"date": totals.pop("date"), "venue_ids": venue_ids, **totals}]

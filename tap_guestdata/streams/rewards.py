@@ -13,9 +13,9 @@ from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 from singer_sdk.singerlib.catalog import REPLICATION_INCREMENTAL
 
 from tap_guestdata import windows
-from tap_guestdata.client import GuestDataStream, body_of
+from tap_guestdata.client import GuestDataStream
 from tap_guestdata.http.errors import StreamForbidden
-from tap_guestdata.paging import LastPagePaginator, listing_total
+from tap_guestdata.paging import LastPagePaginator, body_of, listing_total
 from tap_guestdata.progress import StreamPlan
 from tap_guestdata.resume import RESUME_KEY, MemberWalk
 from tap_guestdata.windows import TimeWindow
@@ -40,7 +40,7 @@ class Programme(RewardsStream):
     primary_keys = ("id",)
     paged = False
 
-    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+    def parse_response(self, response: requests.Response) -> Iterable[dict[str, Any]]:
         return [body_of(response)]  # the whole envelope: data and meta.venues
 
     def answer(self) -> dict[str, Any]:
@@ -129,7 +129,7 @@ class Offers(RewardsStream):
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         return self.with_children_prefetched([dict(row) for row in self.all_offers()], context)
 
-    def get_child_context(self, record: dict, context: Context | None) -> dict:
+    def get_child_context(self, record: dict[str, Any], context: Context | None) -> dict[str, Any]:
         return {"offer_id": record["id"]}
 
 
@@ -146,7 +146,7 @@ class OfferStats(RewardsStream):
     prefetched_by_parent = True
     skip_missing_partition = True
 
-    def parse_response(self, response: requests.Response) -> Iterable[dict]:
+    def parse_response(self, response: requests.Response) -> Iterable[dict[str, Any]]:
         data = body_of(response)["data"]
         return [{"offer_id": data["id"], **data["stats"]}]
 
@@ -186,7 +186,7 @@ class Members(RewardsStream):
         ledger = self.ledger()
         return ledger.selected and ledger.bookmark(None) is None
 
-    def get_child_context(self, record: dict, context: Context | None) -> dict:
+    def get_child_context(self, record: dict[str, Any], context: Context | None) -> dict[str, Any]:
         return {"member_id": record["id"]}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -256,7 +256,7 @@ class Members(RewardsStream):
         return self.sibling(MemberLedger)
 
     def _increment_stream_state(
-        self, latest_record: dict, *, context: Context | None = None
+        self, latest_record: dict[str, Any], *, context: Context | None = None
     ) -> None:
         """No per-record bookmark: read_records writes the members bookmark once, at the end."""
 
@@ -321,7 +321,7 @@ class Rewards(RewardsStream):
         oldest_open = self.stream_state.get(self.oldest_open_key)
         if start is None or not oldest_open or self.uses_fixed_lookback():
             return start
-        return min(start, oldest_open, key=windows.parse_boundary)
+        return str(min(start, oldest_open, key=windows.parse_boundary))
 
     def uses_fixed_lookback(self) -> bool:
         """A lookback in days: set by the user, or the fallback when state has no oldest open."""
