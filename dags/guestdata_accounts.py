@@ -47,8 +47,8 @@ SIZE_REQUESTS: dict[str, dict[str, dict[str, int]]] = {
         "incremental": {"core": 3, "members": 1, "rewards": 7, "offers": 19, "stats": 11},
     },
     "large": {
-        "first": {"core": 3193, "members": 40200, "rewards": 484, "offers": 23, "stats": 5191},
-        "incremental": {"core": 3, "members": 1, "rewards": 11, "offers": 23, "stats": 21},
+        "first": {"core": 3195, "members": 40200, "rewards": 483, "offers": 23, "stats": 5191},
+        "incremental": {"core": 11, "members": 1, "rewards": 117, "offers": 23, "stats": 21},
     },
 }
 
