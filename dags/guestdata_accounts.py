@@ -30,6 +30,7 @@ LANES_PER_QUEUE = PER_ADDRESS_PER_MINUTE // PER_KEY_PER_MINUTE  # 5 keys running
 MAX_KEYS_PER_ACCOUNT = 5  # spec 5.3
 GROUPS = ("core", "members", "rewards", "offers", "stats")  # the daily stream groups
 REFRESH_GROUP = "refresh"  # the weekly full refresh
+COOLDOWN_REQUESTS = PER_KEY_PER_MINUTE  # a minute's cool-down after a task, in request slots
 DEFAULT_QUEUE = "default"  # Airflow's default queue (no `queue` on the task)
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
@@ -68,7 +69,7 @@ class Account:
     schedule: str | None = None  # None: the daily DAG's schedule (the account is in it)
     target_schema: str | None = None  # None: guestdata_<name>
     size: str | None = None  # small / medium / large: a weight for spreading the keys
-    requests: Mapping[str, int] | None = None  # nightly requests per group: a better weight
+    requests: Mapping[str, int] | None = None  # requests per group: a better weight
 
     @property
     def schema(self) -> str:
@@ -79,12 +80,15 @@ class Account:
         """Meltano: `<env>:tap-guestdata--<group>-to-<target>:<suffix>`, one per account."""
         return self.name
 
-    def nightly_requests(self, group: str) -> int:
-        """The weight of a group when keys are spread: its nightly requests (1 if unknown)."""
+    def weight(self, group: str) -> int:
+        """A group's share of the work, for spreading it: `requests` if given, else the first
+        sync of the account's size (hours, where nightly runs are minutes), else 1."""
+        if group == REFRESH_GROUP:
+            return 0  # weekly: not part of the balance
         if self.requests is not None:
             return int(self.requests.get(group, 1))
         if self.size is not None:
-            return SIZE_REQUESTS[self.size]["incremental"].get(group, 1)
+            return SIZE_REQUESTS[self.size]["first"].get(group, 1)
         return 1
 
 
@@ -225,9 +229,19 @@ def parse_config(text: str) -> AccountsConfig:
 
 
 def key_of_group(account: Account, groups: Sequence[str]) -> dict[str, str]:
-    """Round-robin over the account's keys in group order (as the single-account DAG does)."""
+    """Heaviest group first onto the account's least loaded key (ties: the first key), so the
+    heavy groups land on different keys; with equal weights this is round-robin in group
+    order, as the single-account DAG does."""
     keys = account.key_variables
-    return {group: keys[index % len(keys)] for index, group in enumerate(groups)}
+    load = dict.fromkeys(keys, 0)
+    count = dict.fromkeys(keys, 0)
+    chosen: dict[str, str] = {}
+    for group in sorted(groups, key=lambda g: -account.weight(g)):
+        key = min(keys, key=lambda k: (load[k], count[k], keys.index(k)))
+        load[key] += account.weight(group)
+        count[key] += 1
+        chosen[group] = key
+    return {group: chosen[group] for group in groups}
 
 
 def assign_lanes(
@@ -257,35 +271,28 @@ def assign_lanes(
     return assigned
 
 
-def plan_tasks(
-    config: AccountsConfig,
-    weights: Mapping[tuple[str, str], int] | None = None,
-    *,
-    refresh: bool = True,
-) -> list[TaskSpec]:
+def plan_tasks(config: AccountsConfig, *, refresh: bool = True) -> list[TaskSpec]:
     """Every account's tasks (its daily groups, then the refresh), each with key and lane.
 
-    `weights[(account, group)]`: requests of that task, for spreading; by default the
-    account's nightly requests per group (`Account.nightly_requests`).
+    A task's weight is its group's `Account.weight`; a key's lane load counts its tasks'
+    weights plus `COOLDOWN_REQUESTS` each (the minute a task holds its slot after the run).
     """
-    keyed: list[tuple[Account, str, str, int]] = []
+    keyed: list[tuple[Account, str, str]] = []
     for account in config.accounts:
-        groups = [*account.groups, *([REFRESH_GROUP] if refresh else [])]
-        for group, key in key_of_group(account, groups).items():
-            if weights is not None:
-                task_weight = weights.get((account.name, group), 0)
-            elif group == REFRESH_GROUP:
-                task_weight = 0  # weekly: not part of the nightly balance
-            else:
-                task_weight = account.nightly_requests(group)
-            keyed.append((account, group, key, task_weight))
+        groups = list(account.groups)
+        if refresh and {"core", "stats"} & set(groups):  # the refresh reads guests and stats
+            groups.append(REFRESH_GROUP)
+        keyed += [(account, g, key) for g, key in key_of_group(account, groups).items()]
     key_weight: dict[tuple[str, str], int] = {}
-    for account, _, key, task_weight in keyed:
-        key_weight[(account.name, key)] = key_weight.get((account.name, key), 0) + task_weight
+    for account, group, key in keyed:
+        extra = 0 if group == REFRESH_GROUP else COOLDOWN_REQUESTS
+        key_weight[(account.name, key)] = (
+            key_weight.get((account.name, key), 0) + account.weight(group) + extra
+        )
     lanes = assign_lanes(config.accounts, config.queues, key_weight)
     return [
-        TaskSpec(account.name, group, key, lanes[(account.name, key)], task_weight)
-        for account, group, key, task_weight in keyed
+        TaskSpec(account.name, group, key, lanes[(account.name, key)], account.weight(group))
+        for account, group, key in keyed
     ]
 
 

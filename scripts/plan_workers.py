@@ -32,13 +32,12 @@ import sys
 import types
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "dags"))
 from guestdata_accounts import (  # noqa: E402
-    GROUPS,
     PER_KEY_PER_MINUTE,
     SIZE_REQUESTS,
     Account,
@@ -78,16 +77,15 @@ def planned_tasks(
     phase: str,
     requests: dict[str, dict[str, int]] | None = None,
 ) -> list[TaskSpec]:
-    """The DAG's tasks for this phase, weighted by their requests (so spread as the DAG would
-    with those figures)."""
+    """The DAG's tasks (keys and lanes as `plan_tasks` gives them for this configuration),
+    each weighted by its requests in this phase."""
     config = accounts_config(workloads, workers)
     figures = requests or {size: SIZE_REQUESTS[size][phase] for size in SIZE_REQUESTS}
-    weights = {
-        (account.name, group): figures[account.size or "small"][group]
-        for account in config.accounts
-        for group in GROUPS
-    }
-    return plan_tasks(config, weights, refresh=False)
+    sizes = {account.name: account.size or "small" for account in config.accounts}
+    return [
+        replace(task, weight=figures[sizes[task.account]][task.group])
+        for task in plan_tasks(config, refresh=False)
+    ]
 
 
 def task_seconds(requests: int, latency: float = LATENCY_SECONDS) -> float:
