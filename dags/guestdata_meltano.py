@@ -49,6 +49,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # guestdata_accounts.p
 from guestdata_accounts import (
     DEFAULT_QUEUE,
     GROUPS,
+    LANES_PER_QUEUE,
     Account,
     AccountsConfig,
     TaskSpec,
@@ -452,7 +453,11 @@ def build_account_dags(config: PipelineConfig, accounts: AccountsConfig) -> list
         account.name: [s for s in specs if s.account == account.name]
         for account in accounts.accounts
     }
-    common = common_arguments(config)
+    # Every lane busy at once (Airflow's default cap is 16 running tasks per DAG).
+    common = {
+        **common_arguments(config),
+        "max_active_tasks": LANES_PER_QUEUE * len(accounts.queues),
+    }
     dags: list[DAG] = []
     shared = [a for a in accounts.accounts if a.schedule is None]
     with DAG(

@@ -323,6 +323,7 @@ def test_every_account_gets_its_task_group_schema_state_id_and_lane(
     assert list(tasks(result, f"{DAILY}_northgate")) == ["northgate.rewards"]
     assert result["dags"][f"{DAILY}_northgate"]["schedule"] == "0 2 * * *"
     assert list(tasks(result, REFRESH)) == ["harbour.refresh", "saltmarsh.refresh"]
+    assert result["dags"][DAILY]["max_active_tasks"] == 10, "two queues' lanes all busy at once"
     everything = {**daily, **tasks(result, REFRESH), **tasks(result, f"{DAILY}_northgate")}
     lane_of_key: dict[str, tuple[str, str]] = {}
     for task_id, task in everything.items():
