@@ -73,3 +73,8 @@ def test_the_table_covers_1_10_50_accounts_of_each_size_and_1_to_5_keys() -> Non
     assert len(rows) == 3 * 3 * 5
     assert rows[0].startswith("| 1 small | 1 |")
     assert rows[-1].startswith("| 50 large | 5 |")
+
+
+def test_the_docs_show_the_planners_current_table() -> None:
+    """docs/airflow.md (assembled into the README) holds `plan_workers.py --table` verbatim."""
+    assert plan_workers.table() in (ROOT / "docs" / "airflow.md").read_text()
