@@ -18,6 +18,12 @@ key, round-robin over the keys configured, and runs in that key's pool `guestdat
 minute; the task keeps its slot for a cool-down after the run so the next holder of the key
 starts with an empty rolling minute.
 
+Many accounts: the setting `accounts` (JSON, or the path of a JSON file) lists them; each gets
+a task group in the daily DAG (or a DAG of its own when it has its own schedule), its own
+state id suffix and target schema, and its keys are spread over the worker queues' lanes by
+`guestdata_accounts.py` (5 lanes of one slot per queue: 600 requests a minute per address).
+Without it the DAGs are the single-account ones described above.
+
 Settings, read when the file is parsed (cheap: no subprocess, no failure without a database):
 Airflow Variable `guestdata_<name>` (which includes env `AIRFLOW_VAR_GUESTDATA_<NAME>`), else
 env `GUESTDATA_<NAME>`, else the default in `SETTINGS`.
@@ -28,14 +34,28 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from airflow.providers.standard.operators.bash import BashOperator
-from airflow.sdk import DAG, Asset, AssetAll, Variable
+from airflow.sdk import DAG, Asset, AssetAll, TaskGroup, Variable
 from airflow.sdk.log import mask_secret
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # guestdata_accounts.py, beside us
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from guestdata_accounts import (
+    DEFAULT_QUEUE,
+    GROUPS,
+    LANES_PER_QUEUE,
+    Account,
+    AccountsConfig,
+    TaskSpec,
+    parse_config,
+    plan_tasks,
+)
 
 DAG_ID = "guestdata_meltano"
 REFRESH_DAG_ID = "guestdata_meltano_weekly_refresh"
@@ -44,7 +64,7 @@ EXTRACTOR = "tap-guestdata"
 POOL_PREFIX = "guestdata_api_key_"
 
 # Task id -> streams; the extractor is `tap-guestdata--<task id>` (meltano.yml).
-STREAM_GROUPS: dict[str, str] = {
+STREAM_GROUPS: dict[str, str] = {  # the groups of guestdata_accounts.GROUPS, in that order
     "core": "account, venues, guests",
     "members": "members, member_ledger",
     "rewards": "rewards, redemptions",
@@ -79,6 +99,9 @@ SETTINGS: dict[str, str] = {
     "task_timeout_minutes": "180",
     "refresh_timeout_minutes": "360",
     "queue": "",
+    # Many accounts: JSON ({"queues": [...], "accounts": [...]}) or the path of a JSON file
+    # (relative to project_root); empty: one account, configured as above.
+    "accounts": "",
 }
 
 
@@ -116,11 +139,19 @@ def transform_blocks(value: str, target: str) -> tuple[str, ...]:
 
 
 def raw_asset(group: str) -> Asset:
-    """What a load task publishes: the raw tables of its stream group, in the warehouse."""
-    return Asset(name=f"guestdata_raw_{group}", uri=f"guestdata://raw/{group}", group="guestdata")
+    """What a load task publishes: the raw tables of its stream group (`<account>/<group>`
+    with many accounts), in the warehouse."""
+    name = group.replace("/", "_")
+    return Asset(name=f"guestdata_raw_{name}", uri=f"guestdata://raw/{group}", group="guestdata")
 
 
 MODELS_ASSET = Asset(name="guestdata_models", uri="guestdata://models", group="guestdata")
+
+
+def models_asset(account: str) -> Asset:
+    return Asset(
+        name=f"guestdata_models_{account}", uri=f"guestdata://models/{account}", group="guestdata"
+    )
 
 
 @dataclass(frozen=True)
@@ -143,6 +174,7 @@ class PipelineConfig:
     refresh_timeout: timedelta
     transform_timeout: timedelta
     queue: str | None
+    accounts: AccountsConfig | None = None
 
     @classmethod
     def load(cls, read: Callable[[str], str] = read_setting) -> PipelineConfig:
@@ -168,7 +200,17 @@ class PipelineConfig:
             refresh_timeout=timedelta(minutes=float(read("refresh_timeout_minutes"))),
             transform_timeout=timedelta(minutes=float(read("transform_timeout_minutes"))),
             queue=read("queue") or None,
+            accounts=load_accounts(read("accounts"), read("project_root")),
         )
+
+
+def load_accounts(value: str, project_root: str) -> AccountsConfig | None:
+    """The accounts setting: inline JSON, or a JSON file (relative paths: the project root)."""
+    if not value:
+        return None
+    if not value.lstrip().startswith(("{", "[")):
+        value = (Path(project_root) / value).read_text()
+    return parse_config(value)
 
 
 @dataclass(frozen=True)
@@ -210,7 +252,12 @@ def api_key(name: str) -> str:
 
 
 def meltano_command(
-    config: PipelineConfig, group: str, *, full_refresh: bool, key_pinned: bool
+    config: PipelineConfig,
+    group: str,
+    *,
+    full_refresh: bool,
+    key_pinned: bool,
+    state_id_suffix: str | None = None,
 ) -> str:
     run = [
         config.meltano_bin,
@@ -219,6 +266,8 @@ def meltano_command(
         # Plugins are installed when the worker is deployed: parallel tasks on one machine must
         # not race to install into the shared plugin virtualenvs.
         "--no-install",
+        # One account's state ids must not meet another's: `...-to-<target>:<account>`.
+        *([f"--state-id-suffix={state_id_suffix}"] if state_id_suffix else []),
         *(["--full-refresh"] if full_refresh else []),
         f"{EXTRACTOR}--{group}",
         config.target,
@@ -236,6 +285,11 @@ def meltano_command(
     return "\n".join(lines)
 
 
+def schema_variable(target: str) -> str:
+    """The loader's schema setting as an environment variable (Meltano: namespace_setting)."""
+    return f"{target.upper().replace('-', '_')}_DEFAULT_TARGET_SCHEMA"
+
+
 def meltano_task(
     config: PipelineConfig,
     group: str,
@@ -244,50 +298,71 @@ def meltano_task(
     full_refresh: bool = False,
     timeout: timedelta,
     streams: str,
+    account: Account | None = None,
+    queue: str | None = None,
 ) -> BashOperator:
-    env: Mapping[str, str] | None = None
+    env: dict[str, str] = {}
     if slot.key_variable:
         # Rendered on the worker by `api_key` (masked); the DAG file holds only the name.
-        env = {"TAP_GUESTDATA_API_KEY": f"{{{{ guestdata_api_key({slot.key_variable!r}) }}}}"}
+        env["TAP_GUESTDATA_API_KEY"] = f"{{{{ guestdata_api_key({slot.key_variable!r}) }}}}"
+    if account is not None:
+        env[schema_variable(config.target)] = account.schema
+        if account.base_url:
+            env["TAP_GUESTDATA_BASE_URL"] = account.base_url
+    queue = queue or config.queue
+    where = f"account `{account.name}`, " if account else ""
     return BashOperator(
         task_id=group,
         bash_command=meltano_command(
-            config, group, full_refresh=full_refresh, key_pinned=slot.key_variable is not None
+            config,
+            group,
+            full_refresh=full_refresh,
+            key_pinned=slot.key_variable is not None,
+            state_id_suffix=account.state_id_suffix if account else None,
         ),
         cwd=config.project_root,
-        env=env,
+        env=env or None,
         append_env=True,  # PATH, MELTANO_DATABASE_URI, TARGET_POSTGRES_* from the worker
         skip_on_exit_code=None,  # every non-zero exit is a failure (meltano never means "skip")
         pool=slot.pool,
         execution_timeout=timeout,
         # Published only when the task succeeds: the transform DAG is scheduled on these.
-        outlets=[raw_asset(group)],
+        outlets=[raw_asset(f"{account.name}/{group}" if account else group)],
         doc_md=f"`meltano run {EXTRACTOR}--{group} {config.target}`: {streams}. "
-        f"Key: {slot.key_variable or 'from Meltano config'}; pool `{slot.pool}`.",
-        **({"queue": config.queue} if config.queue else {}),
+        f"{where}Key: {slot.key_variable or 'from Meltano config'}; pool `{slot.pool}`.",
+        **({"queue": queue} if queue else {}),
     )
 
 
-def transform_task(config: PipelineConfig) -> BashOperator:
+def transform_task(config: PipelineConfig, account: Account | None = None) -> BashOperator:
     """`meltano run dbt-postgres:build`: no API calls, so no key and no key pool."""
     run = [config.meltano_bin, f"--environment={config.environment}", "run", "--no-install"]
+    env = None
+    if account is not None:
+        env = {
+            # The models go next to the account's raw schema: <schema>_analytics.
+            schema_variable(config.target): account.schema,
+            # Builds of two accounts at once must not share dbt's target/ and logs/.
+            "DBT_TARGET_PATH": f"target/accounts/{account.name}",
+            "DBT_LOG_PATH": f"logs/accounts/{account.name}",
+        }
     return BashOperator(
         task_id="dbt_build",
         bash_command=shlex.join([*run, *config.transform]),
         cwd=config.project_root,
+        env=env,
         append_env=True,  # TARGET_POSTGRES_* from the worker: the same database as the loads
         skip_on_exit_code=None,
         execution_timeout=config.transform_timeout,
-        outlets=[MODELS_ASSET],
+        outlets=[models_asset(account.name) if account else MODELS_ASSET],
         doc_md="`dbt build` of transform/: staging, marts, and the reconciliation tests "
         "(an error-severity failure fails the task; warnings are in its log).",
         **({"queue": config.queue} if config.queue else {}),
     )
 
 
-def build_dags(config: PipelineConfig) -> tuple[DAG, DAG, DAG | None]:
-    slots = assign_keys([*STREAM_GROUPS, REFRESH_GROUP], config.api_key_variables)
-    common = {
+def common_arguments(config: PipelineConfig) -> dict:
+    return {
         "start_date": datetime(2026, 1, 1, tzinfo=timezone.utc),
         # Meltano state drives increments, so missed intervals need no runs of their own.
         "catchup": config.catchup,
@@ -304,6 +379,11 @@ def build_dags(config: PipelineConfig) -> tuple[DAG, DAG, DAG | None]:
         "user_defined_macros": {"guestdata_api_key": api_key},
         "tags": ["guestdata", "meltano"],
     }
+
+
+def build_dags(config: PipelineConfig) -> tuple[DAG, DAG, DAG | None]:
+    slots = assign_keys([*STREAM_GROUPS, REFRESH_GROUP], config.api_key_variables)
+    common = common_arguments(config)
     with DAG(
         DAG_ID,
         schedule=config.schedule,
@@ -342,6 +422,103 @@ def build_dags(config: PipelineConfig) -> tuple[DAG, DAG, DAG | None]:
     return incremental, refresh, transform
 
 
-guestdata_meltano, guestdata_meltano_weekly_refresh, guestdata_transform = build_dags(
-    PipelineConfig.load()
-)
+def account_tasks(
+    config: PipelineConfig, account: Account, specs: list[TaskSpec], *, refresh: bool
+) -> None:
+    """The account's task group: its daily groups, or its refresh, each in its key's lane."""
+    with TaskGroup(account.name, tooltip=f"account {account.name}: schema {account.schema}"):
+        for spec in specs:
+            if (spec.group == REFRESH_GROUP) != refresh:
+                continue
+            queue = None if spec.lane.queue == DEFAULT_QUEUE else spec.lane.queue
+            meltano_task(
+                config,
+                spec.group,
+                KeySlot(spec.lane.pool, spec.key_variable),
+                full_refresh=refresh,
+                timeout=config.refresh_timeout if refresh else config.task_timeout,
+                streams=REFRESH_STREAMS if refresh else STREAM_GROUPS[spec.group],
+                account=account,
+                queue=queue,
+            )
+
+
+def build_account_dags(config: PipelineConfig, accounts: AccountsConfig) -> list[DAG]:
+    """Many accounts: the daily DAG holds a task group per account on the daily schedule; an
+    account with its own schedule gets `guestdata_meltano_<name>`; the weekly refresh holds a
+    group per account; each account that loads every group gets `guestdata_transform_<name>`.
+    Every task runs in the lane (pool, queue) of its key: see guestdata_accounts.py."""
+    specs = plan_tasks(accounts)
+    by_account = {
+        account.name: [s for s in specs if s.account == account.name]
+        for account in accounts.accounts
+    }
+    # Every lane busy at once (Airflow's default cap is 16 running tasks per DAG).
+    common = {
+        **common_arguments(config),
+        "max_active_tasks": LANES_PER_QUEUE * len(accounts.queues),
+    }
+    dags: list[DAG] = []
+    shared = [a for a in accounts.accounts if a.schedule is None]
+    with DAG(
+        DAG_ID,
+        schedule=config.schedule,
+        description="Guest Data API to the warehouse: every account, one Meltano run per group",
+        doc_md=__doc__,
+        **common,
+    ) as daily:
+        for account in shared:
+            account_tasks(config, account, by_account[account.name], refresh=False)
+    if shared:
+        dags.append(daily)
+    for account in accounts.accounts:
+        if account.schedule is None:
+            continue
+        with DAG(
+            f"{DAG_ID}_{account.name}",
+            schedule=None if account.schedule.lower() == "none" else account.schedule,
+            description=f"Guest Data API to the warehouse: account {account.name}",
+            doc_md=__doc__,
+            **common,
+        ) as own:
+            account_tasks(config, account, by_account[account.name], refresh=False)
+        dags.append(own)
+    refreshed = [
+        a for a in accounts.accounts if any(s.group == REFRESH_GROUP for s in by_account[a.name])
+    ]
+    if refreshed:
+        with DAG(
+            REFRESH_DAG_ID,
+            schedule=config.refresh_schedule,
+            description="Weekly full refresh of guests and daily stats, every account",
+            doc_md=__doc__,
+            **common,
+        ) as refresh:
+            for account in refreshed:
+                account_tasks(config, account, by_account[account.name], refresh=True)
+        dags.append(refresh)
+    for account in accounts.accounts:
+        if not config.transform or set(account.groups) != set(GROUPS):
+            continue  # the models need every group's tables
+        loaded = AssetAll(*(raw_asset(f"{account.name}/{group}") for group in GROUPS))
+        schedule = loaded | raw_asset(f"{account.name}/{REFRESH_GROUP}")
+        with DAG(
+            f"{TRANSFORM_DAG_ID}_{account.name}",
+            schedule=schedule,
+            description=f"dbt build of account {account.name}'s models once its loads are in",
+            doc_md=__doc__,
+            **{**common, "tags": ["guestdata", "meltano", "dbt"]},
+        ) as transform:
+            transform_task(config, account)
+        dags.append(transform)
+    return dags
+
+
+PIPELINE_CONFIG = PipelineConfig.load()
+if PIPELINE_CONFIG.accounts is None:
+    guestdata_meltano, guestdata_meltano_weekly_refresh, guestdata_transform = build_dags(
+        PIPELINE_CONFIG
+    )
+else:
+    for _dag in build_account_dags(PIPELINE_CONFIG, PIPELINE_CONFIG.accounts):
+        globals()[_dag.dag_id] = _dag  # DagBag collects the module's DAG objects

@@ -42,6 +42,7 @@ def describe_dag(dag: Any) -> dict[str, Any]:
         "asset_condition": asset_condition(getattr(dag.timetable, "asset_condition", None)),
         "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs,
+        "max_active_tasks": dag.max_active_tasks,
         "dagrun_timeout": seconds(dag.dagrun_timeout),
         "tags": sorted(dag.tags),
         "tasks": {

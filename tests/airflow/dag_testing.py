@@ -15,9 +15,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = PROJECT_ROOT / "dags"
 HERE = Path(__file__).resolve().parent
+MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
+PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types", "dbt-postgres")
+
+sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+import demo_pipeline  # noqa: E402  scripts/ is not a package; the demo's checks are reused
+
+__all__ = ["MELTANO", "PLUGINS", "PROJECT_ROOT", "Airflow", "airflow_env", "demo_pipeline"]
+
 # A developer's own settings must not leak into the DAG under test.
 SCRUBBED_PREFIXES = ("AIRFLOW", "GUESTDATA_", "TAP_GUESTDATA", "TARGET_POSTGRES", "MELTANO_")
 
@@ -53,3 +63,41 @@ def inspect_dags(airflow_home: Path, scenarios: list[dict[str, Any]]) -> list[di
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+class Airflow:
+    """Runs `airflow db migrate` and `run_dag.py` in one throwaway AIRFLOW_HOME."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home = home
+        self.env = env
+        self.logs: list[Path] = []
+
+    def run(
+        self, *args: str, timeout: float, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        log = self.home / f"{Path(args[0]).stem}-{len(self.logs)}.log"
+        self.logs.append(log)
+        with log.open("w") as output:
+            result = subprocess.run(
+                [sys.executable, *args],
+                cwd=PROJECT_ROOT,
+                env=self.env,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        if check and result.returncode != 0:
+            tail = "\n".join(log.read_text().splitlines()[-60:])
+            pytest.fail(f"{' '.join(args)} exited {result.returncode}; log {log}:\n{tail}")
+        return result
+
+    def dag_test(self, dag_id: str, *, check: bool = True) -> dict[str, Any]:
+        """`dag.test()` of `dag_id`; unless `check` is False, a failed run fails the test."""
+        self.run(str(HERE / "run_dag.py"), dag_id, timeout=600, check=check)
+        return json.loads(self.logs[-1].read_text().strip().splitlines()[-1])
+
+    def output(self) -> str:
+        return "\n".join(log.read_text() for log in self.logs)

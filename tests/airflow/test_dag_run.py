@@ -11,32 +11,21 @@ subprocess (see dag_testing.py).
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from dag_testing import HERE, PROJECT_ROOT, airflow_env
+from dag_testing import MELTANO, PROJECT_ROOT, Airflow, airflow_env, demo_pipeline
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 
-sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
-import demo_pipeline  # scripts/ is not a package; the demo's checks are reused
-
 pytestmark = pytest.mark.airflow
 
-MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
-PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types", "dbt-postgres")
 # Three keys for five groups and the refresh: round-robin gives core/offers key 1,
 # members/stats key 2, rewards/refresh key 3. Two come from Airflow Variables, one from a plain
 # environment variable of the worker.
@@ -66,92 +55,10 @@ REFRESH_KEY = OWNER_KEYS[2]
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[demo_pipeline.Destination]:
-    """127.0.0.1:5432 (user postgres, trust) if it answers, else the embedded pgserver."""
-    server = demo_pipeline.server_from_url(demo_pipeline.DEFAULT_SERVER_URL, "local")
-    if demo_pipeline.server_answers(server):
-        yield server
-        return
-    with (
-        tempfile.TemporaryDirectory(prefix="guestdata-airflow-pg-") as pgdata,
-        demo_pipeline.embedded_server(Path(pgdata) / "data") as embedded,
-    ):
-        yield embedded
-
-
-@pytest.fixture(scope="module")
-def database(postgres: demo_pipeline.Destination) -> Iterator[str]:
-    """A throwaway database, dropped at the end whatever happened."""
-    name = f"guestdata_airflow_{os.getpid()}_{secrets.token_hex(3)}"
-    with psycopg.connect(postgres.conninfo("postgres"), autocommit=True) as connection:
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield name
-    finally:
-        with psycopg.connect(postgres.conninfo("postgres"), autocommit=True) as connection:
-            connection.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
-@pytest.fixture(scope="module")
-def meltano_installed(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """`meltano install` of the plugins the DAG runs (idempotent; the group extractors share
-    tap-guestdata's virtualenv)."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("MELTANO_")}
-    env["MELTANO_DATABASE_URI"] = f"sqlite:///{tmp_path_factory.mktemp('install')}/meltano.db"
-    result = subprocess.run(
-        [str(MELTANO), "install", *PLUGINS],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-
-
-@pytest.fixture(scope="module")
 def sandbox() -> Iterator[SandboxProcess]:
     """This module's own sandbox: the test mutates it."""
     with SandboxProcess(size="small", seed=23, limits=False) as server:
         yield server
-
-
-class Airflow:
-    """Runs `airflow db migrate` and `run_dag.py` in one throwaway AIRFLOW_HOME."""
-
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
-        self.home = home
-        self.env = env
-        self.logs: list[Path] = []
-
-    def run(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        log = self.home / f"{Path(args[0]).stem}-{len(self.logs)}.log"
-        self.logs.append(log)
-        with log.open("w") as output:
-            result = subprocess.run(
-                [sys.executable, *args],
-                cwd=PROJECT_ROOT,
-                env=self.env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
-        if result.returncode != 0:
-            tail = "\n".join(log.read_text().splitlines()[-60:])
-            pytest.fail(f"{' '.join(args)} exited {result.returncode}; log {log}:\n{tail}")
-        return result
-
-    def dag_test(self, dag_id: str) -> dict[str, Any]:
-        self.run(str(HERE / "run_dag.py"), dag_id, timeout=600)
-        return json.loads(self.logs[-1].read_text().strip().splitlines()[-1])
-
-    def output(self) -> str:
-        return "\n".join(log.read_text() for log in self.logs)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ Airflow); each scenario is a set of Variables (`AIRFLOW_VAR_*`) and environment 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,32 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 
+ACCOUNTS = {
+    "queues": ["worker_1", "worker_2"],
+    "accounts": [
+        {"name": "harbour", "keys": ["harbour_k1", "harbour_k2"], "size": "medium"},
+        {
+            "name": "saltmarsh",
+            "base_url": "https://eu.example/api/v1/customer",
+            "keys": ["saltmarsh_k1"],
+            "groups": ["core", "stats"],
+            "target_schema": "raw_saltmarsh",
+        },
+        {
+            "name": "northgate",
+            "keys": ["northgate_k1"],
+            "groups": ["rewards"],
+            "schedule": "0 2 * * *",
+        },
+    ],
+}
+LANE_POOLS = [f"guestdata_worker_{w}_lane_{n}" for w in (1, 2) for n in range(1, 6)]
+SCENARIOS["accounts"] = {
+    "env": {"GUESTDATA_ACCOUNTS": json.dumps(ACCOUNTS)},
+    "known_pools": ["default_pool", *LANE_POOLS],
+}
+
+
 @pytest.fixture(scope="module")
 def loaded(airflow_home: Path) -> dict[str, dict[str, Any]]:
     results = inspect_dags(airflow_home, list(SCENARIOS.values()))
@@ -100,6 +127,8 @@ def test_every_file_in_dags_imports_without_errors(loaded: dict[str, dict[str, A
     assert list(DAGS_FOLDER.glob("*.py")), "no DAG files"
     for name, result in loaded.items():
         assert result["import_errors"] == {}, name
+        if name == "accounts":
+            continue  # test_every_account_gets_its_task_group_schema_state_id_and_lane
         # No models for a target other than target-postgres (the "overrides" scenario).
         expected = {DAILY, REFRESH} if name == "overrides" else {DAILY, REFRESH, TRANSFORM}
         assert set(result["dags"]) == expected, name
@@ -276,3 +305,56 @@ def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
     assert task["outlets"] == ["guestdata_models"]
     assert task["append_env"] is True
     assert task["execution_timeout"] == 3600
+
+
+def test_every_account_gets_its_task_group_schema_state_id_and_lane(
+    loaded: dict[str, dict[str, Any]],
+) -> None:
+    result = loaded["accounts"]
+    assert result["dag_warnings"] == [], "every lane pool is one docs/airflow.md lists"
+    assert set(result["dags"]) == {
+        DAILY,  # harbour and saltmarsh: the daily schedule
+        f"{DAILY}_northgate",  # its own schedule
+        REFRESH,  # harbour and saltmarsh (northgate loads neither guests nor stats)
+        f"{TRANSFORM}_harbour",  # the only account with every group
+    }
+    daily = tasks(result)
+    assert list(daily) == [f"harbour.{g}" for g in GROUPS] + ["saltmarsh.core", "saltmarsh.stats"]
+    assert list(tasks(result, f"{DAILY}_northgate")) == ["northgate.rewards"]
+    assert result["dags"][f"{DAILY}_northgate"]["schedule"] == "0 2 * * *"
+    assert list(tasks(result, REFRESH)) == ["harbour.refresh", "saltmarsh.refresh"]
+    assert result["dags"][DAILY]["max_active_tasks"] == 10, "two queues' lanes all busy at once"
+    everything = {**daily, **tasks(result, REFRESH), **tasks(result, f"{DAILY}_northgate")}
+    lane_of_key: dict[str, tuple[str, str]] = {}
+    for task_id, task in everything.items():
+        account, group = task_id.split(".")
+        assert f"--state-id-suffix={account} " in task["bash_command"]
+        assert f"tap-guestdata--{group} target-postgres" in task["bash_command"]
+        schema = "raw_saltmarsh" if account == "saltmarsh" else f"guestdata_{account}"
+        assert task["env"]["TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA"] == schema
+        assert task["env"].get("TAP_GUESTDATA_BASE_URL") == (
+            "https://eu.example/api/v1/customer" if account == "saltmarsh" else None
+        )
+        key = key_name(task)
+        assert key.startswith(f"{account}_k")
+        assert task["pool"] in LANE_POOLS and task["pool_slots"] == 1
+        assert task["pool"].startswith(f"guestdata_{task['queue']}_lane_")
+        # One lane per key: every task holding a key queues for the same one-slot pool.
+        assert lane_of_key.setdefault(key, (task["pool"], task["queue"])) == (
+            task["pool"],
+            task["queue"],
+        )
+        assert task["outlets"] == [f"guestdata_raw_{account}_{group}"]
+    # Medium's two heaviest groups (stats, members) on different keys.
+    assert key_name(daily["harbour.stats"]) != key_name(daily["harbour.members"])
+    assert {queue for _, queue in lane_of_key.values()} == {"worker_1", "worker_2"}
+    transform = result["dags"][f"{TRANSFORM}_harbour"]
+    assert transform["asset_condition"] == {
+        "any": [
+            {"all": [f"guestdata_raw_harbour_{group}" for group in GROUPS]},
+            "guestdata_raw_harbour_refresh",
+        ]
+    }
+    build = transform["tasks"]["dbt_build"]
+    assert build["env"]["TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA"] == "guestdata_harbour"
+    assert build["outlets"] == ["guestdata_models_harbour"]

@@ -1,0 +1,194 @@
+"""Many accounts, for real: `dag.test()` of the daily DAG built from an accounts configuration.
+
+Four sandbox accounts in one DAG, two queues: Growth with Rewards (two keys), limited access
+(contacts masked), Rewards off (its Rewards streams are skipped), and one whose key is revoked.
+Each loads into its own schema with its own state ids and equals its own ground truth; the
+revoked one fails its own task and nothing else. Two stream groups per account (core, rewards)
+keep it to seven short Meltano runs on a small sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from dag_testing import MELTANO, PROJECT_ROOT, Airflow, airflow_env, demo_pipeline
+from guestdata_sandbox.accounts import (
+    LIMITED_ACCESS_KEY,
+    OWNER_KEYS,
+    REVOKED_KEY,
+    REWARDS_OFF_KEY,
+)
+from guestdata_sandbox.testing import SandboxProcess
+
+pytestmark = pytest.mark.airflow
+
+STREAMS = {
+    "core": ("account", "venues", "guests"),
+    "rewards": ("rewards", "redemptions"),
+}
+# account name -> the keys behind its key variables
+KEYS = {
+    "harbour": [OWNER_KEYS[0], OWNER_KEYS[1]],
+    "saltmarsh": [LIMITED_ACCESS_KEY],
+    "northgate": [REWARDS_OFF_KEY],
+    "revoked": [REVOKED_KEY],
+}
+GOOD = ("harbour", "saltmarsh", "northgate")
+
+
+def accounts_document(base_url: str) -> dict[str, Any]:
+    def entry(name: str, **extra: Any) -> dict[str, Any]:
+        keys = [f"guestdata_{name}_key_{n}" for n in range(1, len(KEYS[name]) + 1)]
+        return {"name": name, "keys": keys, "groups": list(STREAMS), **extra}
+
+    return {
+        "queues": ["worker_1", "worker_2"],
+        "accounts": [
+            entry("harbour", base_url=base_url, size="small"),
+            entry("saltmarsh", target_schema="raw_saltmarsh"),
+            entry("northgate"),
+            entry("revoked", groups=["core"]),
+        ],
+    }
+
+
+def key_variables() -> dict[str, str]:
+    """Every key in an Airflow Variable (AIRFLOW_VAR_<NAME>), as an operator would set them."""
+    return {
+        f"AIRFLOW_VAR_GUESTDATA_{name.upper()}_KEY_{n}": key
+        for name, keys in KEYS.items()
+        for n, key in enumerate(keys, 1)
+    }
+
+
+def schema_of(name: str) -> str:
+    return "raw_saltmarsh" if name == "saltmarsh" else f"guestdata_{name}"
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SandboxProcess]:
+    with SandboxProcess(size="small", seed=31, limits=False) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def airflow(
+    meltano_installed: None,
+    sandbox: SandboxProcess,
+    postgres: demo_pipeline.Destination,
+    database: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Airflow:
+    home = tmp_path_factory.mktemp("airflow-home-accounts")
+    state_dir = tmp_path_factory.mktemp("meltano-state-accounts")
+    meltano = demo_pipeline.meltano_env(sandbox.base_url, postgres, database, state_dir)
+    pipeline = {
+        name: value
+        for name, value in meltano.items()
+        if name.startswith(("TAP_GUESTDATA", "TARGET_POSTGRES", "MELTANO_"))
+    }
+    env = airflow_env(
+        home,
+        {
+            **pipeline,
+            "TAP_GUESTDATA_REQUESTS_PER_MINUTE": "100000",  # sandbox limits are off
+            "GUESTDATA_PROJECT_ROOT": str(PROJECT_ROOT),
+            "GUESTDATA_MELTANO_BIN": str(MELTANO),
+            "GUESTDATA_MELTANO_ENVIRONMENT": "dev",
+            "GUESTDATA_RETRIES": "0",
+            "GUESTDATA_KEY_COOLDOWN_SECONDS": "0",
+            "GUESTDATA_ACCOUNTS": json.dumps(accounts_document(sandbox.base_url)),
+            **key_variables(),
+        },
+    )
+    runner = Airflow(home, env)
+    runner.run("-m", "airflow", "db", "migrate", timeout=300)
+    return runner
+
+
+def state_ids(airflow: Airflow) -> list[str]:
+    result = subprocess.run(
+        [str(MELTANO), "--environment=dev", "state", "list"],
+        cwd=PROJECT_ROOT,
+        env=airflow.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return sorted(line.strip() for line in result.stdout.splitlines() if line.startswith("dev:"))
+
+
+def tables_in(database_url: str, schema: str) -> set[str]:
+    with psycopg.connect(database_url) as connection:
+        rows = connection.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        )
+        return {name for (name,) in rows}
+
+
+def test_each_account_loads_its_own_schema_and_a_revoked_key_fails_only_its_task(
+    airflow: Airflow,
+    sandbox: SandboxProcess,
+    postgres: demo_pipeline.Destination,
+    database: str,
+) -> None:
+    database_url = postgres.conninfo(database)
+    sandbox.clear_requests()
+    run = airflow.dag_test("guestdata_meltano", check=False)
+
+    assert run["state"] == "failed", run
+    assert run["tasks"] == {
+        **{f"{name}.{group}": "success" for name in GOOD for group in STREAMS},
+        "revoked.core": "failed",
+    }
+    assert run["assets_published"] == sorted(
+        f"guestdata_raw_{name}_{group}" for name in GOOD for group in STREAMS
+    )
+    assert state_ids(airflow) == sorted(
+        f"dev:tap-guestdata--{group}-to-target-postgres:{name}"
+        for name in GOOD
+        for group in STREAMS
+    )
+    assert not tables_in(database_url, "guestdata_revoked")
+    assert not tables_in(database_url, "guestdata"), "nothing in the single-account schema"
+
+    for name in GOOD:
+        truth = sandbox.truth(KEYS[name][0])
+        expected = demo_pipeline.truth_tables(truth)
+        with psycopg.connect(database_url) as connection:
+            checks = [
+                demo_pipeline.compare_stream(
+                    stream,
+                    demo_pipeline.database_rows(connection, schema_of(name), stream),
+                    expected[stream],
+                )
+                for streams in STREAMS.values()
+                for stream in streams
+            ]
+        assert all(check.matches for check in checks), f"{name}\n" + demo_pipeline.report(checks)
+        assert checks[2].rows_in_database > 0, f"{name}: no guests loaded"
+        # Only the selected groups' tables, in the account's own schema.
+        loaded = tables_in(database_url, schema_of(name))
+        assert loaded <= {s for streams in STREAMS.values() for s in streams}, loaded
+    # Rewards off: the streams are skipped (empty tables, as its truth has none), its core loads.
+    with psycopg.connect(database_url) as connection:
+        for schema, rewards in (("guestdata_northgate", 0), ("guestdata_harbour", None)):
+            count = connection.execute(f'SELECT count(*) FROM "{schema}".rewards').fetchone()[0]
+            assert count == rewards if rewards is not None else count > 0, (schema, count)
+
+    # Each account's requests carried only its own keys; harbour's two groups, two keys.
+    keys_used: dict[str, set[str]] = {}
+    for request in sandbox.requests_log():
+        keys_used.setdefault(request["key"], set()).add(request["path"])
+    assert set(keys_used) == {key for keys in KEYS.values() for key in keys}
+    assert all(not path.startswith("/rewards") for path in keys_used[OWNER_KEYS[0]])
+    assert all(path.startswith("/rewards") for path in keys_used[OWNER_KEYS[1]])
+    assert OWNER_KEYS[1] not in airflow.output()
+    print(f"\ndag.test() of four accounts: {run['seconds']:.1f} s in Airflow")

@@ -1,0 +1,80 @@
+"""The worker planner (scripts/plan_workers.py) agrees with a simulated run against the sandbox's
+own rate limiter within 10%, and the simulation notices a plan that overloads an address."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "dags")]
+from guestdata_accounts import Lane, TaskSpec  # noqa: E402
+
+import plan_workers  # noqa: E402
+from plan_workers import Workload, planned_seconds, planned_tasks, simulate  # noqa: E402
+
+SCENARIOS = {
+    "12 small x 3 keys, 2 workers, first sync": ([Workload(12, "small", 3)], 2, "first"),
+    "3 medium x 5 keys + 10 small x 1 key, 2 workers, first sync": (
+        [Workload(3, "medium", 5), Workload(10, "small", 1)],
+        2,
+        "first",
+    ),
+    "1 large x 5 keys, 1 worker, first sync": ([Workload(1, "large", 5)], 1, "first"),
+    "50 small x 2 keys, 1 worker, nightly": ([Workload(50, "small", 2)], 1, "incremental"),
+    "10 large x 1 key + 10 medium x 4 keys, 3 workers, nightly": (
+        [Workload(10, "large", 1), Workload(10, "medium", 4)],
+        3,
+        "incremental",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_plan_agrees_with_a_simulated_run_within_ten_percent(name: str) -> None:
+    workloads, workers, phase = SCENARIOS[name]
+    tasks = planned_tasks(workloads, workers, phase)
+    planned = planned_seconds(tasks)
+    run = simulate(tasks)
+    print(f"\n{name}: planned {planned:.0f} s, simulated {run.seconds:.0f} s")
+    assert run.requests == sum(task.weight for task in tasks)
+    assert run.refused == 0, "the plan put more than 600 a minute on an address"
+    assert abs(planned - run.seconds) <= 0.10 * run.seconds
+
+
+def test_the_simulation_sees_an_address_over_600_a_minute() -> None:
+    """Six keys at once from one address (a lane too many): the sandbox's limiter refuses, and
+    the run takes longer than six lanes' worth of budget would."""
+    tasks = [
+        TaskSpec(f"a{n}", "members", f"key_{n}", Lane("worker_1", n), weight=600)
+        for n in range(1, 7)
+    ]
+    run = simulate(tasks)
+    assert run.refused > 0
+    assert run.seconds > 1.10 * planned_seconds(tasks)
+
+
+def test_more_workers_shorten_a_first_sync_until_one_task_is_the_floor() -> None:
+    workload = [Workload(10, "large", 5)]
+    hours = [
+        planned_seconds(planned_tasks(workload, workers, "first")) / 3600 for workers in (1, 2, 10)
+    ]
+    assert hours[0] > hours[1] > hours[2]
+    # The members group (40,200 ledger requests) runs on one key: about 5.6 h whatever else.
+    assert hours[2] == pytest.approx(40_200 / 120 / 60, rel=0.02)
+    assert plan_workers.workers_to_fit(workload, "first", 5.0) is None
+    assert plan_workers.workers_to_fit(workload, "first", 8.0) is not None
+
+
+def test_the_table_covers_1_10_50_accounts_of_each_size_and_1_to_5_keys() -> None:
+    rows = plan_workers.table().splitlines()[2:]
+    assert len(rows) == 3 * 3 * 5
+    assert rows[0].startswith("| 1 small | 1 |")
+    assert rows[-1].startswith("| 50 large | 5 |")
+
+
+def test_the_docs_show_the_planners_current_table() -> None:
+    """docs/airflow.md (assembled into the README) holds `plan_workers.py --table` verbatim."""
+    assert plan_workers.table() in (ROOT / "docs" / "airflow.md").read_text()
