@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
-from collections.abc import Generator, Hashable, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from functools import partial, wraps
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
@@ -24,17 +24,16 @@ from singer_sdk.schema.source import SchemaDirectory, StreamSchema
 
 from tap_guestdata import drift, windows
 from tap_guestdata.authenticator import KeyPoolAuthenticator
-from tap_guestdata.concurrency import Prefetched, lookahead
 from tap_guestdata.http.errors import (
     RateLimited,
-    ResourceNotFound,
     StreamForbidden,
     StreamSkipped,
     TransientError,
     classify,
     describe_request,
 )
-from tap_guestdata.paging import BODY_ATTRIBUTE, LastPagePaginator, NewestFirstPages, body_of
+from tap_guestdata.http.paging import BODY_ATTRIBUTE, LastPagePaginator, NewestFirstPages, body_of
+from tap_guestdata.prefetch import ChildPrefetch, PartitionKey
 from tap_guestdata.progress import StreamPlan
 from tap_guestdata.resume import RESUME_KEY, ListingProgress
 from tap_guestdata.settings import BASE_PATH
@@ -52,11 +51,10 @@ BACKOFF_FIRST_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 60.0
 RATE_LIMITED_RETRY_CAP = 100  # 429s per request before giving up (they wait, they don't fail)
 SCHEMAS = SchemaDirectory(resources.files("tap_guestdata") / "schemas")
-PartitionKey = tuple[tuple[str, Any], ...]  # a state partition (context), hashable
 SiblingStream = TypeVar("SiblingStream", bound="GuestDataStream")
 
 
-class GuestDataStream(RESTStream[int]):
+class GuestDataStream(ChildPrefetch, RESTStream[int]):
     """A Guest Data Read API stream."""
 
     schema = StreamSchema(SCHEMAS)  # schemas/<stream name>.json
@@ -67,14 +65,11 @@ class GuestDataStream(RESTStream[int]):
     paged: ClassVar[bool] = True  # a list: per_page=200 and page=N (spec 4.3)
     window: ClassVar[TimeWindow | None] = None
     newest_first: ClassVar[bool] = False  # a newest-first list: drop rows pages shift back
-    prefetched_by_parent: ClassVar[bool] = False  # child partitions fetched by worker threads
-    skip_missing_partition: ClassVar[bool] = False  # 404: the parent vanished, skip it
     allow_redirects = False  # spec 5.7: the key goes to base_url only, never where a 3xx points
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._window_params: dict[PartitionKey, dict[str, Any]] = {}
-        self._prefetched = Prefetched()
         self._listing = threading.local()  # the NewestFirstPages of the listing being read
         self._records_counter: StreamCounters | None = None
         self._utc_replication_key: str | None = None
@@ -410,8 +405,7 @@ class GuestDataStream(RESTStream[int]):
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         """The rows of one partition; streams override this for non-list endpoints."""
         if self.prefetched_by_parent:
-            future = self._prefetched.take(self.partition_key(context))
-            return future.result() if future is not None else self.fetch_partition(context)
+            return self.prefetched_rows(context)
         return self.with_children_prefetched(self.list_rows(context), context)
 
     def list_rows(self, context: Context | None) -> Iterator[dict[str, Any]]:
@@ -457,58 +451,3 @@ class GuestDataStream(RESTStream[int]):
 
     def compare_start_date(self, value: str, start_date_value: str) -> str:
         return max(value, start_date_value, key=windows.parse_boundary)
-
-    # ------------------------------------------------------------------ child prefetching
-
-    def partition_key(self, context: Context | None) -> Hashable:
-        return tuple(sorted((context or {}).items()))
-
-    def fetch_partition(self, context: Context | None) -> list[dict[str, Any]]:
-        """All rows of one child partition (runs in a worker thread)."""
-        try:
-            return list(self.list_rows(context))
-        except ResourceNotFound as error:
-            if not self.skip_missing_partition:
-                raise
-            self.logger.warning("Skipping %s: its parent is gone (%s)", dict(context or {}), error)
-            return []
-
-    def prefetch(self, context: Context) -> None:
-        """Start this child's requests for `context` in the worker pool (main thread)."""
-        self.window_params(context)  # state is read on the main thread only
-        self._prefetched.submit(
-            self.runtime.executor,
-            self.partition_key(context),
-            lambda: self.fetch_partition(context),
-        )
-
-    def child_already_read(self, row: dict[str, Any]) -> bool:
-        """True when an interrupted run this one resumes wrote this row's children."""
-        return False
-
-    def with_children_prefetched(
-        self, rows: Iterable[dict[str, Any]], context: Context | None
-    ) -> Iterable[dict[str, Any]]:
-        children = [
-            child
-            for child in self.child_streams
-            if isinstance(child, GuestDataStream) and child.prefetched_by_parent and child.selected
-        ]
-        if not children:
-            return rows
-
-        def start_children(row: dict[str, Any]) -> None:
-            child_context = self.get_child_context(row, context)
-            if child_context is not None and not self.child_already_read(row):
-                for child in children:
-                    child.prefetch(child_context)
-
-        return self._drain(lookahead(rows, start_children, 4 * self.runtime.workers))
-
-    def _drain(self, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        try:
-            yield from rows
-        finally:
-            for child in self.child_streams:
-                if isinstance(child, GuestDataStream):
-                    child._prefetched.clear()

@@ -83,6 +83,7 @@ class Runtime:
 
     def __init__(self, settings: Settings, sync_started_at: dt.datetime, logger: logging.Logger):
         self.settings = settings
+        self.logger = logger
         self.sync_started_at = sync_started_at
         self.keys = KeyPool(
             list(settings.keys), settings.requests_per_minute, settings.rate_limit_window_seconds

@@ -126,9 +126,7 @@ class TapGuestData(Tap):
         )
         streams = list(self.streams.values())
         try:
-            with QuietLog(
-                self.metrics_logger, [each.logger for each in streams], per_request=verbose
-            ):
+            with QuietLog(self.metrics_logger, loggers_of(streams), per_request=verbose):
                 self.log_plan()
                 self.runtime.progress.start()
                 drift.streams_starting(streams)
@@ -159,6 +157,11 @@ class TapGuestData(Tap):
                 self.logger.warning(counters.line(stream.name))
             else:
                 self.logger.info(counters.line(stream.name))
+
+
+def loggers_of(streams: list[Stream]) -> list[logging.Logger]:
+    """The streams' loggers themselves (singer-sdk 0.55 wraps each in a LoggerAdapter)."""
+    return [logging.getLogger(stream.logger.name) for stream in streams]
 
 
 def main(*args: Any) -> None:  # pragma: no cover - console entry point alias

@@ -12,7 +12,7 @@ import requests
 from tap_guestdata import windows
 from tap_guestdata.client import GuestDataStream
 from tap_guestdata.concurrency import ordered_map
-from tap_guestdata.paging import body_of
+from tap_guestdata.http.paging import body_of
 from tap_guestdata.progress import StreamPlan
 from tap_guestdata.windows import TimeWindow
 

@@ -15,7 +15,7 @@ from singer_sdk.singerlib.catalog import REPLICATION_INCREMENTAL
 from tap_guestdata import windows
 from tap_guestdata.client import GuestDataStream
 from tap_guestdata.http.errors import StreamForbidden
-from tap_guestdata.paging import LastPagePaginator, body_of, listing_total
+from tap_guestdata.http.paging import LastPagePaginator, body_of, listing_total
 from tap_guestdata.progress import StreamPlan
 from tap_guestdata.resume import RESUME_KEY, MemberWalk
 from tap_guestdata.windows import TimeWindow
