@@ -41,3 +41,31 @@ def test_meltano_yml_declares_every_tap_setting_and_marks_secrets_sensitive() ->
     for name, setting in declared.items():
         assert setting.get("description"), f"{name} has no description"
     assert "api_key" not in json.dumps(project["environments"][1])  # prod holds no key
+
+
+MELTANO_KINDS = {  # JSON schema type -> Meltano setting kind
+    "string": {"string", "options"},
+    "integer": {"integer"},
+    "number": {"decimal"},
+    "boolean": {"boolean"},
+    "array": {"array"},
+    "object": {"object"},
+}
+
+
+def test_meltano_yml_defaults_and_kinds_agree_with_the_tap_schema() -> None:
+    """The schema is the one source of defaults; meltano.yml shows the same values."""
+    about = run_tap({}, args=("--about", "--format=json"))
+    properties = json.loads(about.stdout)["settings"]["properties"]
+    project = yaml.safe_load((ROOT / "meltano.yml").read_text())
+    extractor = next(
+        plugin for plugin in project["plugins"]["extractors"] if plugin["name"] == "tap-guestdata"
+    )
+    for setting in extractor["settings"]:
+        schema = properties[setting["name"]]
+        if "default" in schema:
+            assert setting.get("value") == schema["default"], setting["name"]
+        else:
+            assert "value" not in setting, f"{setting['name']}: no default in the tap's schema"
+        json_type = next(kind for kind in schema["type"] if kind != "null")
+        assert setting["kind"] in MELTANO_KINDS[json_type], setting["name"]
