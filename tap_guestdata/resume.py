@@ -30,7 +30,15 @@ from typing import Any
 
 from tap_guestdata import windows
 
+# The keys this tap adds to the SDK's state (replication_key, replication_key_value,
+# partitions), named here once; settings.py checks their values in a given state file.
 RESUME_KEY = "resume"  # stream or partition state: how far an interrupted run got
+OLDEST_OPEN_KEY = "oldest_open_issued_at"  # rewards: the oldest reward still open (spec 3)
+MEMBERS_BOOKMARK_KEY = "updated_since"  # members: the next run's updated_since (spec 2.8)
+LISTING_TIME_KEYS = ("oldest", "newest")  # ListingProgress
+WALK_TIME_KEYS = ("started_at", "boundary", "members_bookmark", "ledger_newest")  # MemberWalk
+RESUME_TIME_KEYS = (*LISTING_TIME_KEYS, OLDEST_OPEN_KEY, *WALK_TIME_KEYS)
+BOOKMARK_TIME_KEYS = ("replication_key_value", MEMBERS_BOOKMARK_KEY, OLDEST_OPEN_KEY)
 UNTIL_MARGIN = dt.timedelta(seconds=1)  # re-read the boundary instant whatever `until` means
 
 
@@ -47,7 +55,7 @@ class ListingProgress:
         marker = state.get(RESUME_KEY)
         if not isinstance(marker, dict):
             return None
-        known = {"oldest", "newest"}
+        known = set(LISTING_TIME_KEYS)
         return cls(
             oldest=marker.get("oldest"),
             newest=marker.get("newest"),

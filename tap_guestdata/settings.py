@@ -17,6 +17,7 @@ from singer_sdk import typing as th
 from singer_sdk.typing import DEFAULT_JSONSCHEMA_VALIDATOR, extend_validator_with_defaults
 
 from tap_guestdata import windows
+from tap_guestdata.resume import BOOKMARK_TIME_KEYS, RESUME_TIME_KEYS
 
 BASE_PATH = "/api/v1/customer"  # spec 9: base_url ends in this path segment
 MAX_KEYS = 5  # spec 5.3: at most 5 keys per account
@@ -330,13 +331,6 @@ def state_errors(state: Any, streams: Mapping[str, Any]) -> list[str]:
             if isinstance(entry, dict) and not _readable_bookmark(entry):
                 errors.append(f"state: bookmark of {name} is not a date or instant: {entry}")
     return errors
-
-
-BOOKMARK_TIME_KEYS = ("replication_key_value", "updated_since", "oldest_open_issued_at")
-RESUME_TIME_KEYS = (
-    *("oldest", "newest", "oldest_open_issued_at"),  # ListingProgress (resume.py)
-    *("started_at", "boundary", "members_bookmark", "ledger_newest"),  # MemberWalk
-)
 
 
 def _readable_bookmark(entry: dict[str, Any]) -> bool:

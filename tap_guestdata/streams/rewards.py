@@ -17,7 +17,7 @@ from tap_guestdata.client import GuestDataStream
 from tap_guestdata.http.errors import StreamForbidden
 from tap_guestdata.http.paging import LastPagePaginator, body_of, listing_total
 from tap_guestdata.progress import StreamPlan
-from tap_guestdata.resume import RESUME_KEY, MemberWalk
+from tap_guestdata.resume import MEMBERS_BOOKMARK_KEY, OLDEST_OPEN_KEY, RESUME_KEY, MemberWalk
 from tap_guestdata.windows import TimeWindow
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ class Members(RewardsStream):
     primary_keys = ("id",)
     scopes = ("rewards", "members")
     newest_first = True
-    bookmark_parameter = "updated_since"
+    bookmark_parameter = MEMBERS_BOOKMARK_KEY
 
     def window_params(self, context: Context | None) -> dict[str, Any]:
         state = self.stream_state
@@ -314,7 +314,7 @@ class Rewards(RewardsStream):
     replication_key = "issued_at"
     window = TimeWindow(since="since", until="until", lookback_setting="rewards_lookback_days")
     newest_first = True
-    oldest_open_key = "oldest_open_issued_at"
+    oldest_open_key = OLDEST_OPEN_KEY
 
     def window_start(self, context: Context | None) -> str | None:
         start = super().window_start(context)
