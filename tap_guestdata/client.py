@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import orjson
 import requests
-from singer_sdk import RESTStream
+from singer_sdk import RESTStream, metrics
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 from singer_sdk.helpers.conform import TypeConformanceLevel
 from singer_sdk.schema.source import SchemaDirectory, StreamSchema
@@ -204,10 +204,24 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
     def send_once(
         self, prepared_request: requests.PreparedRequest, context: Context | None
     ) -> requests.Response:
-        """The request on the wire and its check, without retries (the plan's first pages)."""
+        """The request on the wire, its duration metric and its check, without retries (the
+        plan's first pages; every other request takes the SDK's own step)."""
         response = self.requests_session.send(
             prepared_request, timeout=self.timeout, allow_redirects=self.allow_redirects
         )
+        status = metrics.Status.SUCCEEDED if response.ok else metrics.Status.FAILED
+        duration = metrics.Point(
+            "timer",
+            metric=metrics.Metric.HTTP_REQUEST_DURATION,
+            value=response.elapsed.total_seconds(),
+            tags={
+                metrics.Tag.STREAM: self.name,
+                metrics.Tag.ENDPOINT: self.path,
+                metrics.Tag.HTTP_STATUS_CODE: response.status_code,
+                metrics.Tag.STATUS: status,
+            },
+        )
+        metrics.log(self.metrics_logger, duration)
         self.validate_response(response)
         return response
 
