@@ -1,19 +1,18 @@
-"""Shared fixtures: one sandbox per test session (read-only use), fresh ones for mutations."""
+"""Shared fixtures: one sandbox per test session (read-only use), fresh ones for mutations.
+
+The PostgreSQL and Meltano fixtures of the suites that run the Meltano project (`pg_server`,
+`e2e_database`, `meltano_installed`) are defined once, in support/pipeline.py.
+"""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 
-OWNER_KEY = OWNER_KEYS[0]
-# scripts/ is not a package: its demo's checks (STREAM_KEYS, truth tables) serve the tests too.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+pytest_plugins = ["support.pipeline"]
 
 
 @pytest.fixture(scope="session")
@@ -28,15 +27,3 @@ def fresh_sandbox() -> Iterator[SandboxProcess]:
     """A sandbox of its own for a test that mutates data, injects faults or turns limits on."""
     with SandboxProcess(size="small", seed=11, limits=False) as server:
         yield server
-
-
-@pytest.fixture()
-def owner_key() -> str:
-    return OWNER_KEY
-
-
-def tap_config(server: SandboxProcess, **overrides: object) -> dict:
-    """A tap config pointing at a sandbox with the owner's key."""
-    config: dict = {"api_key": OWNER_KEY, "base_url": server.base_url}
-    config.update(overrides)
-    return config

@@ -19,7 +19,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 import demo_pipeline
-from demo_pipeline import STREAM_KEYS, TARGET_SCHEMA, key_of
+from demo_pipeline import TARGET_SCHEMA
+from support.streams import STREAM_KEYS, changed_keys, keyed_tables, truth_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -38,33 +39,18 @@ def check_against_truth(database: str, truth: Mapping[str, Any]) -> list[demo_pi
 
 def business_rows(database: str) -> dict[str, dict[tuple, dict]]:
     """Every table keyed by primary key, without the target's _sdc_* bookkeeping columns."""
-    tables: dict[str, dict[tuple, dict]] = {}
     with psycopg.connect(database) as connection:
-        for stream, key in STREAM_KEYS.items():
-            rows = demo_pipeline.database_rows(connection, TARGET_SCHEMA, stream)
-            tables[stream] = {
-                key_of(row, key): {k: v for k, v in row.items() if not k.startswith("_sdc_")}
-                for row in rows
+        return keyed_tables(
+            {
+                stream: demo_pipeline.database_rows(connection, TARGET_SCHEMA, stream)
+                for stream in STREAM_KEYS
             }
-    return tables
+        )
 
 
-def truth_rows(truth: Mapping[str, Any]) -> dict[str, dict[tuple, dict]]:
-    return {
-        stream: {key_of(row, STREAM_KEYS[stream]): row for row in rows}
-        for stream, rows in demo_pipeline.truth_tables(truth).items()
-    }
-
-
-def changed_keys(before: dict[str, dict], after: dict[str, dict]) -> dict[str, set]:
-    """Per stream, the keys added, removed or whose row differs."""
-    changes = {}
-    for stream in STREAM_KEYS:
-        old, new = before.get(stream, {}), after.get(stream, {})
-        keys = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
-        if keys:
-            changes[stream] = keys
-    return changes
+def truth_tables(truth: Mapping[str, Any]) -> dict[str, dict[tuple, dict]]:
+    """The ground truth keyed like `business_rows`."""
+    return keyed_tables({stream: truth_rows(truth, stream) for stream in STREAM_KEYS})
 
 
 def total_and_distinct(database: str, stream: str) -> tuple[int, int]:
@@ -186,7 +172,7 @@ def test_mutations_update_exactly_the_changed_rows_on_the_next_run(
     new_lines = e2e_sandbox.mutate("add_ledger_lines", member_id=member["id"], count=2)["ids"]
 
     truth_after = owner_truth()
-    expected_changes = changed_keys(truth_rows(truth_before), truth_rows(truth_after))
+    expected_changes = changed_keys(truth_tables(truth_before), truth_tables(truth_after))
     # The mutations themselves, as the truth reports them (guards the test's own logic).
     assert {(guest_id,) for guest_id in new_guests} <= expected_changes["guests"]
     assert (reward["id"],) in expected_changes["rewards"]

@@ -10,19 +10,18 @@ from collections import Counter
 
 from guestdata_sandbox.accounts import OWNER_KEYS, TEAM_NO_GUEST_DATA
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    OWNER_KEY,
+from support.reliability import (
     assert_clean_failure,
     assert_records_match,
     assert_union_matches_truth,
     catalog_for,
-    last_seq,
+    reliability_config,
     run,
-    tap_config,
-    truth_rows,
     union_records,
     wait_for,
 )
+from support.sandbox import OWNER_KEY, last_seq
+from support.streams import truth_rows
 
 ACCOUNT_ID = 1001
 
@@ -33,7 +32,7 @@ def test_key_revoked_mid_run_fails_clearly_and_another_key_resumes(
     server = fresh_sandbox
     server.latency(0.02)
     streams = ["guests", "members", "member_ledger"]
-    config = tap_config(server)
+    config = reliability_config(server)
     catalog = catalog_for(config, streams)
     seq = last_seq(server)
     revoked_at: list[int] = []
@@ -68,7 +67,9 @@ def test_key_revoked_mid_run_fails_clearly_and_another_key_resumes(
 
     other_key = OWNER_KEYS[1]
     server.latency(0)
-    resumed = run(tap_config(server, key=other_key), catalog=catalog, state=failed.final_state)
+    resumed = run(
+        reliability_config(server, key=other_key), catalog=catalog, state=failed.final_state
+    )
 
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert len(resumed.records.get("guests", [])) < len(truth_rows(server, other_key, "guests"))
@@ -78,7 +79,7 @@ def test_key_revoked_mid_run_fails_clearly_and_another_key_resumes(
 def test_revoked_key_between_runs_fails_without_retrying(fresh_sandbox: SandboxProcess) -> None:
     server = fresh_sandbox
     server.mutate("revoke_key", key=OWNER_KEY)
-    config = tap_config(server, max_retries=3)
+    config = reliability_config(server, max_retries=3)
     catalog = catalog_for(config, ["account", "venues"])
     seq = last_seq(server)
 
@@ -96,7 +97,7 @@ def test_permission_granted_between_runs_resumes_member_streams(
     server = fresh_sandbox
     key = TEAM_NO_GUEST_DATA
     streams = ["guests", "members", "member_ledger", "rewards"]
-    config = tap_config(server, key=key, on_forbidden="warn")
+    config = reliability_config(server, key=key, on_forbidden="warn")
     catalog = catalog_for(config, streams)
     seq = last_seq(server)
 
@@ -129,7 +130,7 @@ def test_forbidden_stream_fails_the_run_when_on_forbidden_is_fail(
     fresh_sandbox: SandboxProcess,
 ) -> None:
     server = fresh_sandbox
-    config = tap_config(server, key=TEAM_NO_GUEST_DATA, on_forbidden="fail")
+    config = reliability_config(server, key=TEAM_NO_GUEST_DATA, on_forbidden="fail")
     catalog = catalog_for(config, ["venues", "members"])
 
     failed = run(config, catalog=catalog)
@@ -141,7 +142,7 @@ def test_forbidden_stream_fails_the_run_when_on_forbidden_is_fail(
 def test_rewards_switched_off_then_on_between_runs(fresh_sandbox: SandboxProcess) -> None:
     server = fresh_sandbox
     streams = ["guests", "rewards", "redemptions", "offers"]
-    config = tap_config(server, on_forbidden="warn")
+    config = reliability_config(server, on_forbidden="warn")
     catalog = catalog_for(config, streams)
 
     first = run(config, catalog=catalog)
@@ -184,7 +185,7 @@ def test_rewards_switched_off_then_on_between_runs(fresh_sandbox: SandboxProcess
 def test_rewards_disabled_with_fail_policy_names_the_code(fresh_sandbox: SandboxProcess) -> None:
     server = fresh_sandbox
     server.mutate("set_rewards", account_id=ACCOUNT_ID, enabled=False)
-    config = tap_config(server, on_forbidden="fail")
+    config = reliability_config(server, on_forbidden="fail")
     catalog = catalog_for(config, ["venues", "offers"])
 
     failed = run(config, catalog=catalog)

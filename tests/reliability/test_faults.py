@@ -13,17 +13,16 @@ from typing import Any
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    OWNER_KEY,
+from support.reliability import (
     assert_clean_failure,
     assert_records_match,
     assert_union_matches_truth,
     catalog_for,
-    last_seq,
+    reliability_config,
     run,
-    tap_config,
-    truth_rows,
 )
+from support.sandbox import OWNER_KEY, last_seq
+from support.streams import truth_rows
 
 TIMEOUT_SECONDS = 1  # request_timeout_seconds for these tests: a `slow` fault outlasts it
 SLOW_SECONDS = 2.5
@@ -60,7 +59,7 @@ def test_sync_survives_faults_and_matches_truth(kind: str, fault_sandbox: Sandbo
     server = fault_sandbox
     server.reset()
     extra, statuses, _ = FAULTS[kind]
-    config = tap_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=4)
+    config = reliability_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=4)
     catalog = catalog_for(config, ["guests"])
     seq = last_seq(server)
     server.fault(kind, 2, path="/guests", **extra)
@@ -88,7 +87,7 @@ def test_faults_on_every_kind_of_endpoint_in_one_run(fault_sandbox: SandboxProce
     server = fault_sandbox
     server.reset()
     streams = ["account", "venues", "members", "member_ledger", "offers", "offer_stats"]
-    config = tap_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=4)
+    config = reliability_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=4)
     catalog = catalog_for(config, streams)
     server.fault("server_error", 1, path="/me")
     server.fault("drop", 1, path="/venues")
@@ -114,7 +113,7 @@ def test_exhausted_retries_fail_naming_request_and_cause_and_state_resumes(
     server.reset()
     extra, _, cause_words = FAULTS[kind]
     streams = ["guests", "members"]
-    config = tap_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=2)
+    config = reliability_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=2)
     catalog = catalog_for(config, streams)
     seq = last_seq(server)
     server.fault(kind, 10, path="/rewards/members", **extra)
@@ -147,7 +146,7 @@ def test_retry_after_is_waited_before_retrying(fault_sandbox: SandboxProcess) ->
     """429 with Retry-After: 2 -> the retry comes no sooner than ~2 s later."""
     server = fault_sandbox
     server.reset()
-    config = tap_config(server, max_retries=3)
+    config = reliability_config(server, max_retries=3)
     catalog = catalog_for(config, ["account"])
     seq = last_seq(server)
     server.fault("rate_limit", 1, path="/me", retry_after=2)

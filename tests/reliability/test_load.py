@@ -10,15 +10,15 @@ from pathlib import Path
 
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
+from support.reliability import (
     assert_records_match,
     catalog_for,
     collect,
-    last_seq,
+    reliability_config,
     start,
-    tap_config,
-    truth_rows,
 )
+from support.sandbox import last_seq
+from support.streams import truth_rows
 
 TIME_SCALE = 0.05  # the sandbox's rate-limit minute lasts 3 s
 WINDOW_SECONDS = 3
@@ -34,7 +34,7 @@ def test_concurrent_taps_with_five_keys_all_finish_without_loss(
     # Each tap allows itself more than the per-key 120 a (scaled) minute, so together they
     # also press on the per-address ceiling of 600: 429s are certain and must be handled.
     configs = [
-        tap_config(
+        reliability_config(
             server,
             key=key,
             requests_per_minute=200,

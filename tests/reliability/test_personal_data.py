@@ -15,16 +15,16 @@ import yaml
 
 from guestdata_sandbox.accounts import LIMITED_ACCESS_KEY
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    OWNER_KEY,
+from support.reliability import (
     assert_records_match,
     by_key,
     catalog_for,
+    reliability_config,
     row_differences,
     run,
-    tap_config,
-    truth_rows,
 )
+from support.sandbox import OWNER_KEY
+from support.streams import truth_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 DROPPED = {
@@ -93,7 +93,7 @@ def test_pii_recipe_hashes_contacts_and_drops_names_before_output(
     recipe: str, key: str, sandbox: SandboxProcess
 ) -> None:
     maps = IN_TAP_STREAM_MAPS if recipe == "in-tap" else meltano_hash_pii_maps()
-    config = tap_config(sandbox, key=key, stream_maps=maps)
+    config = reliability_config(sandbox, key=key, stream_maps=maps)
     streams = ["guests", "members"]
 
     tap_run = run(config, catalog=catalog_for(config, streams))
@@ -125,7 +125,7 @@ def test_anonymised_member_row_replaces_the_earlier_one_by_key(
     fresh_sandbox: SandboxProcess,
 ) -> None:
     server = fresh_sandbox
-    config = tap_config(server)
+    config = reliability_config(server)
     catalog = catalog_for(config, ["members"])
     first = run(config, catalog=catalog)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -161,7 +161,7 @@ def test_salted_hash_recipe_uses_a_secret_from_stream_map_config(sandbox: Sandbo
             "phone": "__NULL__",
         }
     }
-    config = tap_config(sandbox, stream_maps=maps, stream_map_config={"pii_salt": salt})
+    config = reliability_config(sandbox, stream_maps=maps, stream_map_config={"pii_salt": salt})
 
     tap_run = run(config, catalog=catalog_for(config, ["guests"]))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from sandbox_helpers import Get, read_all
+from support.sandbox_api import Get, read_all
 
 ASTERISKS = re.compile(r"\*")
 

@@ -6,7 +6,8 @@ import datetime as dt
 from zoneinfo import ZoneInfo
 
 import pytest
-from sandbox_helpers import Get, read_all
+
+from support.sandbox_api import Get, read_all
 
 LONDON = ZoneInfo("Europe/London")
 

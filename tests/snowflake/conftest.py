@@ -16,7 +16,6 @@ on the same databases.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import pytest
 import demo_pipeline
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from snowflake_pipeline import (
+from support.snowflake_pipeline import (
     LOADER,
     PLUGINS,
     PROJECT_ROOT,
@@ -35,10 +34,6 @@ from snowflake_pipeline import (
 )
 
 pytestmark = pytest.mark.snowflake
-# The PostgreSQL suite's snapshot helpers (changed_keys) serve this suite too.
-sys.path.insert(0, str(PROJECT_ROOT / "tests" / "e2e"))
-# The dbt suite's run-results reader and mart names serve the dbt-snowflake tests.
-sys.path.insert(0, str(PROJECT_ROOT / "tests" / "transform"))
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import demo_pipeline
-from dbt_support import (
+from support.dbt import (
     MARTS,
     MODEL_COUNT,
     OFFER_FUNNEL,
@@ -31,7 +31,7 @@ from dbt_support import (
     expected_rewards,
     expected_venue_daily,
 )
-from snowflake_pipeline import SnowflakePipeline
+from support.snowflake_pipeline import SnowflakePipeline
 
 pytestmark = pytest.mark.snowflake
 

@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 import demo_pipeline
-from demo_pipeline import STREAM_KEYS, key_of
-from snowflake_pipeline import SCHEMA, SnowflakePipeline
-from test_meltano_postgres import changed_keys
+from support.snowflake_pipeline import SCHEMA, SnowflakePipeline
+from support.streams import STREAM_KEYS, changed_keys, keyed_tables
 
 pytestmark = pytest.mark.snowflake
 
@@ -88,15 +87,7 @@ def check_against_truth(
 
 def business_rows(pipeline: SnowflakePipeline) -> dict[str, dict[tuple, dict]]:
     """Every table keyed by primary key, without the target's _sdc_* columns."""
-    return {
-        stream: {
-            key_of(row, STREAM_KEYS[stream]): {
-                name: value for name, value in row.items() if not name.startswith("_sdc_")
-            }
-            for row in rows
-        }
-        for stream, rows in pipeline.warehouse.tables(list(STREAM_KEYS)).items()
-    }
+    return keyed_tables(pipeline.warehouse.tables(list(STREAM_KEYS)))
 
 
 def statement_kind(statement: str) -> str:

@@ -10,17 +10,16 @@ from dataclasses import dataclass
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from json_values import parse_instant
-from tap_process import select_streams
-from tap_support import (
+from support.json_values import parse_instant
+from support.sandbox import OWNER_KEY, tap_config
+from support.streams import truth_rows
+from support.tap_process import discover, select_streams
+from support.tap_suite import (
     DATE,
     LONDON,
-    OWNER_KEY,
     PATH_GROUPS,
     IncrementalScenario,
     Sync,
-    config_for,
-    discover,
     duplicate_keys,
     london_date,
     param,
@@ -29,7 +28,6 @@ from tap_support import (
     stream_problems,
     sync,
     timestamp,
-    truth_rows,
 )
 
 WINDOW_PARAMS = ("since", "until", "updated_since")
@@ -82,7 +80,7 @@ def paging_race() -> Iterator[PagingRace]:
     """A sync while the sandbox inserts new newest rows before each list request."""
     resources = ("guests", "members", "member_ledger", "rewards", "redemptions")
     with SandboxProcess(size="small", seed=11, limits=False) as server:
-        config = config_for(server)
+        config = tap_config(server)
         catalog = select_streams(
             discover(config), ["guests", "members", "member_ledger", "rewards", "redemptions"]
         )
@@ -182,7 +180,7 @@ def _start_instant(earliest: dt.date) -> dt.datetime:
 def start_instant_sync(sandbox: SandboxProcess, owner_catalog: dict) -> tuple[Sync, dt.datetime]:
     venues = truth_rows(sandbox.truth(OWNER_KEY), "venues")
     start = _start_instant(min(london_date(parse_instant(row["created_at"])) for row in venues))
-    config = config_for(sandbox, start_date=start.isoformat())
+    config = tap_config(sandbox, start_date=start.isoformat())
     catalog = select_streams(
         owner_catalog, ["guests", "daily_stats", "daily_account_stats", "rewards"]
     )
@@ -245,7 +243,7 @@ def test_start_date_as_a_date_starts_windows_at_london_midnight(
     day = dt.date.today() - dt.timedelta(days=10)
     midnight = dt.datetime(day.year, day.month, day.day, tzinfo=LONDON)
     catalog = select_streams(owner_catalog, ["guests", "rewards"])
-    result = sync(sandbox, config_for(sandbox, start_date=day.isoformat()), catalog=catalog)
+    result = sync(sandbox, tap_config(sandbox, start_date=day.isoformat()), catalog=catalog)
     assert result.run.returncode == 0, result.run.stderr[-3000:]
     guests = requests_for(result.log, PATH_GROUPS[("guests",)])
     assert {param(entry, "from") for entry in guests} == {day.isoformat()}
