@@ -6,11 +6,12 @@ The PostgreSQL and Meltano fixtures of the suites that run the Meltano project (
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
+from support.sandbox import OWNER_KEY
 
 pytest_plugins = ["support.pipeline"]
 
@@ -27,3 +28,16 @@ def fresh_sandbox() -> Iterator[SandboxProcess]:
     """A sandbox of its own for a test that mutates data, injects faults or turns limits on."""
     with SandboxProcess(size="small", seed=11, limits=False) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def module_sandbox() -> Iterator[SandboxProcess]:
+    """A sandbox of the test module's own: its tests may mutate it, in order (e2e, Snowflake)."""
+    with SandboxProcess(size="small", seed=11, limits=False) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def module_truth(module_sandbox: SandboxProcess) -> Callable[[], dict]:
+    """The module sandbox's ground truth now, for the owner's key (call again after mutations)."""
+    return lambda: module_sandbox.truth(OWNER_KEY)

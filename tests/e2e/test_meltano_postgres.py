@@ -64,16 +64,16 @@ def total_and_distinct(database: str, stream: str) -> tuple[int, int]:
 
 
 def test_full_run_loads_every_table_equal_to_ground_truth(
-    meltano: Any, database: str, owner_truth: Callable[[], dict]
+    meltano: Any, database: str, module_truth: Callable[[], dict]
 ) -> None:
     meltano.run(*RUN_ALL)
-    checks = check_against_truth(database, owner_truth())
+    checks = check_against_truth(database, module_truth())
     empty = [check.stream for check in checks if check.rows_in_truth == 0]
     assert not empty, f"the sandbox should have rows for every stream, not for {empty}"
 
 
 def test_column_types_are_timestamptz_date_integer_boolean_numeric_jsonb(
-    database: str, owner_truth: Callable[[], dict]
+    database: str, module_truth: Callable[[], dict]
 ) -> None:
     columns_query = """
         SELECT table_name, column_name, data_type FROM information_schema.columns
@@ -89,7 +89,7 @@ def test_column_types_are_timestamptz_date_integer_boolean_numeric_jsonb(
     assert not naive, naive
 
     wrong = []
-    for stream, rows in demo_pipeline.truth_tables(owner_truth()).items():
+    for stream, rows in demo_pipeline.truth_tables(module_truth()).items():
         fields = {name for row in rows for name in row}
         for name in sorted(fields):
             values = [row[name] for row in rows if row.get(name) is not None]
@@ -124,10 +124,10 @@ def expected_column_types(values: list[Any]) -> set[str]:
 
 
 def test_instants_keep_their_offsets_as_the_same_moment(
-    database: str, owner_truth: Callable[[], dict]
+    database: str, module_truth: Callable[[], dict]
 ) -> None:
     """A visit at 10:00+01:00 must read back as 09:00Z whatever the session's time zone."""
-    guests = {row["id"]: row for row in owner_truth()["guests"]}
+    guests = {row["id"]: row for row in module_truth()["guests"]}
     with psycopg.connect(database) as connection:
         connection.execute("SET TIME ZONE 'Asia/Tokyo'")
         rows = connection.execute(
@@ -141,7 +141,7 @@ def test_instants_keep_their_offsets_as_the_same_moment(
 
 
 def test_second_run_without_changes_adds_no_rows_and_no_duplicates(
-    meltano: Any, database: str, owner_truth: Callable[[], dict]
+    meltano: Any, database: str, module_truth: Callable[[], dict]
 ) -> None:
     before = business_rows(database)
     meltano.run(*RUN_ALL)
@@ -150,13 +150,13 @@ def test_second_run_without_changes_adds_no_rows_and_no_duplicates(
     for stream in STREAM_KEYS:
         total, distinct = total_and_distinct(database, stream)
         assert total == distinct == len(after[stream]), stream
-    check_against_truth(database, owner_truth())
+    check_against_truth(database, module_truth())
 
 
 def test_mutations_update_exactly_the_changed_rows_on_the_next_run(
-    meltano: Any, database: str, owner_truth: Callable[[], dict], e2e_sandbox
+    meltano: Any, database: str, module_truth: Callable[[], dict], module_sandbox
 ) -> None:
-    truth_before = owner_truth()
+    truth_before = module_truth()
     loaded_before = business_rows(database)
 
     # The newest unused reward and the newest completed redemption: what a lookback re-reads.
@@ -166,12 +166,12 @@ def test_mutations_update_exactly_the_changed_rows_on_the_next_run(
     voided = max(completed, key=lambda r: r["created_at"])
     member = max(truth_before["members"], key=lambda m: m["last_visit_at"] or "")
 
-    new_guests = e2e_sandbox.mutate("add_guests", count=3)["ids"]
-    redeemed = e2e_sandbox.mutate("redeem_reward", reward_id=reward["id"])
-    e2e_sandbox.mutate("void_redemption", redemption_id=voided["id"])
-    new_lines = e2e_sandbox.mutate("add_ledger_lines", member_id=member["id"], count=2)["ids"]
+    new_guests = module_sandbox.mutate("add_guests", count=3)["ids"]
+    redeemed = module_sandbox.mutate("redeem_reward", reward_id=reward["id"])
+    module_sandbox.mutate("void_redemption", redemption_id=voided["id"])
+    new_lines = module_sandbox.mutate("add_ledger_lines", member_id=member["id"], count=2)["ids"]
 
-    truth_after = owner_truth()
+    truth_after = module_truth()
     expected_changes = changed_keys(truth_tables(truth_before), truth_tables(truth_after))
     # The mutations themselves, as the truth reports them (guards the test's own logic).
     assert {(guest_id,) for guest_id in new_guests} <= expected_changes["guests"]
@@ -187,7 +187,7 @@ def test_mutations_update_exactly_the_changed_rows_on_the_next_run(
 
 
 def test_full_refresh_rebuilds_damaged_tables_cleanly(
-    meltano: Any, database: str, owner_truth: Callable[[], dict]
+    meltano: Any, database: str, module_truth: Callable[[], dict]
 ) -> None:
     # Damage: lose some guests and a whole table's rows; a full refresh must restore them.
     with psycopg.connect(database) as connection:
@@ -198,17 +198,17 @@ def test_full_refresh_rebuilds_damaged_tables_cleanly(
         )
         connection.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(TARGET_SCHEMA, "tiers")))
     meltano.run("--environment=dev", "run", "--full-refresh", "guestdata-to-postgres")
-    check_against_truth(database, owner_truth())
+    check_against_truth(database, module_truth())
     for stream in STREAM_KEYS:
         total, distinct = total_and_distinct(database, stream)
         assert total == distinct, f"{stream}: {total - distinct} duplicate row(s)"
 
 
 def test_stream_groups_read_the_key_from_the_environment_and_keep_their_own_state(
-    meltano: Any, e2e_sandbox, database: str
+    meltano: Any, module_sandbox, database: str
 ) -> None:
     group_key = "gd_owner_growth_3"
-    e2e_sandbox.clear_requests()
+    module_sandbox.clear_requests()
     meltano.run(
         "--environment=dev",
         "run",
@@ -216,10 +216,10 @@ def test_stream_groups_read_the_key_from_the_environment_and_keep_their_own_stat
         "target-postgres",
         extra_env={"TAP_GUESTDATA_API_KEY": group_key},
     )
-    used_keys = {entry["key"] for entry in e2e_sandbox.requests_log()}
+    used_keys = {entry["key"] for entry in module_sandbox.requests_log()}
     assert used_keys == {group_key}, used_keys
     # Only its own streams' endpoints: no guests, no Rewards.
-    paths = {entry["path"] for entry in e2e_sandbox.requests_log()}
+    paths = {entry["path"] for entry in module_sandbox.requests_log()}
     assert not [p for p in paths if p.startswith(("/guests", "/rewards"))], paths
     state_ids = meltano.state_ids()
     assert "dev:tap-guestdata--stats-to-target-postgres" in state_ids, state_ids
@@ -227,7 +227,7 @@ def test_stream_groups_read_the_key_from_the_environment_and_keep_their_own_stat
 
 
 def test_hash_pii_mapping_hashes_emails_and_phones_and_drops_names(
-    meltano: Any, database: str, owner_truth: Callable[[], dict]
+    meltano: Any, database: str, module_truth: Callable[[], dict]
 ) -> None:
     schema = "guestdata_pii"
     meltano.run(
@@ -242,7 +242,7 @@ def test_hash_pii_mapping_hashes_emails_and_phones_and_drops_names(
             "TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA": schema,
         },
     )
-    truth = owner_truth()
+    truth = module_truth()
     with psycopg.connect(database, row_factory=dict_row) as connection:
         guests = connection.execute(
             sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, "guests"))

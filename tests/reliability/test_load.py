@@ -11,14 +11,13 @@ from pathlib import Path
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from support.reliability import (
-    assert_records_match,
+    assert_matches_truth,
     catalog_for,
     collect,
     reliability_config,
     start,
 )
 from support.sandbox import last_seq
-from support.streams import truth_rows
 
 TIME_SCALE = 0.05  # the sandbox's rate-limit minute lasts 3 s
 WINDOW_SECONDS = 3
@@ -54,10 +53,7 @@ def test_concurrent_taps_with_five_keys_all_finish_without_loss(
 
     for key, tap_run in zip(keys, runs, strict=True):
         assert tap_run.returncode == 0, f"{key}: {tap_run.stderr[-3000:]}"
-        for stream in STREAMS:
-            assert_records_match(
-                stream, tap_run.records.get(stream, []), truth_rows(server, key, stream)
-            )
+        assert_matches_truth(tap_run, server, key, STREAMS)
     log = server.requests_log(after=seq)
     statuses = Counter(entry["status"] for entry in log)
     assert statuses[429] > 0, f"no 429 met: the test did not load the ceilings ({statuses})"

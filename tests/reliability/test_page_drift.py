@@ -31,7 +31,7 @@ def test_rows_inserted_while_paging_are_not_missed(
     streams = CASES[resource]
     config = reliability_config(server)
     catalog = catalog_for(config, streams)
-    before = {stream: truth_rows(server, OWNER_KEY, stream) for stream in streams}
+    before = {stream: truth_rows(server.truth(OWNER_KEY), stream) for stream in streams}
     seq = last_seq(server)
     # 70 rows before each of the first two list requests: enough to push every list onto a
     # second page, and to shift most of a page. Only the first run meets the inserts.
@@ -40,7 +40,7 @@ def test_rows_inserted_while_paging_are_not_missed(
     first = run(config, catalog=catalog)
 
     assert first.returncode == 0, first.stderr[-3000:]
-    after = {stream: truth_rows(server, OWNER_KEY, stream) for stream in streams}
+    after = {stream: truth_rows(server.truth(OWNER_KEY), stream) for stream in streams}
     inserted = {key_of(resource, row) for row in after[resource]} - {
         key_of(resource, row) for row in before[resource]
     }

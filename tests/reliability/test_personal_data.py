@@ -100,7 +100,7 @@ def test_pii_recipe_hashes_contacts_and_drops_names_before_output(
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
     for stream in streams:
-        truth = truth_rows(sandbox, key, stream)
+        truth = truth_rows(sandbox.truth(key), stream)
         assert truth, f"no {stream} in the truth: the test proves nothing"
         assert_records_match(
             stream,
@@ -143,7 +143,7 @@ def test_anonymised_member_row_replaces_the_earlier_one_by_key(
     # What an upserting target keeps: the last row per primary key.
     table = {key: rows[-1] for key, rows in by_key("members", first.records["members"]).items()}
     table.update(by_key_last(second.records["members"]))
-    truth = truth_rows(server, OWNER_KEY, "members")
+    truth = truth_rows(server.truth(OWNER_KEY), "members")
     assert_records_match("members", list(table.values()), truth)
     erased = next(row for row in truth if row["id"] == member["id"])
     assert not row_differences(erased, table[(member["id"],)])
@@ -166,7 +166,7 @@ def test_salted_hash_recipe_uses_a_secret_from_stream_map_config(sandbox: Sandbo
     tap_run = run(config, catalog=catalog_for(config, ["guests"]))
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    truth = {row["id"]: row for row in truth_rows(sandbox, OWNER_KEY, "guests")}
+    truth = {row["id"]: row for row in truth_rows(sandbox.truth(OWNER_KEY), "guests")}
     records = tap_run.records["guests"]
     assert len(records) == len(truth)
     for record in records:

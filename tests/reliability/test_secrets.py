@@ -20,7 +20,7 @@ from support.reliability import (
     LEAK_WATCH,
     Recorded,
     assert_clean_failure,
-    assert_records_match,
+    assert_matches_truth,
     catalog_for,
     json_body,
     recording_server,
@@ -28,7 +28,6 @@ from support.reliability import (
     run,
 )
 from support.sandbox import OWNER_KEY, last_seq
-from support.streams import truth_rows
 from support.tap_process import TapRun, parse_singer, tap_command, write_json
 
 BASE_PATH = "/api/v1/customer"
@@ -172,9 +171,7 @@ def test_key_from_the_environment_is_used_and_never_printed(sandbox: SandboxProc
     tap_run = run_with_env_config(sandbox, ["account"], TAP_GUESTDATA_API_KEY=key)
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    assert_records_match(
-        "account", tap_run.records.get("account", []), truth_rows(sandbox, key, "account")
-    )
+    assert_matches_truth(tap_run, sandbox, key, ["account"])
     assert {entry["key"] for entry in sandbox.requests_log(after=seq)} == {key}
 
 
@@ -189,9 +186,7 @@ def test_key_pool_from_the_environment_as_a_json_list(sandbox: SandboxProcess) -
     )
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    assert_records_match(
-        "guests", tap_run.records.get("guests", []), truth_rows(sandbox, keys[0], "guests")
-    )
+    assert_matches_truth(tap_run, sandbox, keys[0], ["guests"])
     assert {entry["key"] for entry in sandbox.requests_log(after=seq)} == set(keys)
 
 
@@ -205,9 +200,7 @@ def test_key_pool_spreads_requests_and_prints_no_key(sandbox: SandboxProcess) ->
     tap_run = run(config, catalog=catalog_for(reliability_config(sandbox), ["venues", "guests"]))
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    assert_records_match(
-        "guests", tap_run.records.get("guests", []), truth_rows(sandbox, keys[0], "guests")
-    )
+    assert_matches_truth(tap_run, sandbox, keys[0], ["guests"])
     assert {entry["key"] for entry in sandbox.requests_log(after=seq)} == set(keys)
 
 

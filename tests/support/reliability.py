@@ -259,6 +259,16 @@ def assert_records_match(
             assert not problems, f"{stream} {key}: {problems[:5]}"
 
 
+def assert_matches_truth(
+    tap_run: TapRun, server: SandboxProcess, key: str, streams: Iterable[str]
+) -> None:
+    """What one run emitted for each of `streams` equals the truth now (`assert_records_match`:
+    no duplicate, no row lost or extra, every value equal)."""
+    truth = server.truth(key)
+    for stream in streams:
+        assert_records_match(stream, tap_run.records.get(stream, []), truth_rows(truth, stream))
+
+
 def assert_union_matches_truth(
     runs: Iterable[TapRun],
     server: SandboxProcess,
@@ -269,14 +279,33 @@ def assert_union_matches_truth(
 ) -> None:
     """What several runs emitted together, upserted by primary key, equals the truth."""
     merged = union_records(runs)
+    truth = server.truth(key)
     for stream in streams:
         assert_records_match(
             stream,
             merged.get(stream, []),
-            truth_rows(server.truth(key), stream),
+            truth_rows(truth, stream),
             allow_duplicates=True,
             allow_stale=allow_stale,
         )
+
+
+def assert_resumed(
+    failed: TapRun,
+    resumed: TapRun,
+    server: SandboxProcess,
+    key: str,
+    streams: Iterable[str],
+    *,
+    guests_share: float,
+) -> None:
+    """A run resumed from a failed run's STATE: it succeeded, read again fewer guests than
+    `guests_share` of the truth's (resumed, not restarted), and the two runs together hold the
+    truth of `streams`."""
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    guests_truth = truth_rows(server.truth(key), "guests")
+    assert len(resumed.records.get("guests", [])) < len(guests_truth) * guests_share
+    assert_union_matches_truth([failed, resumed], server, key, streams)
 
 
 def union_records(runs: Iterable[TapRun]) -> dict[str, list[dict]]:

@@ -21,7 +21,7 @@ import jsonschema
 from guestdata_sandbox.testing import SandboxProcess
 from support.json_values import same_value
 from support.sandbox import OWNER_KEY, last_seq
-from support.streams import key_of
+from support.streams import key_of, truth_rows
 from support.tap_process import TapRun, run_tap
 
 LONDON = ZoneInfo("Europe/London")
@@ -220,6 +220,13 @@ def sync(
     key = truth_key or config.get("api_key") or (config.get("api_keys") or [OWNER_KEY])[0]
     truth = server.truth(key)
     return Sync(run, log, truth, started, finished, dict(config))
+
+
+def assert_synced_as_truth(result: Sync, stream: str) -> None:
+    """The run succeeded and emitted exactly the truth's rows of `stream` (read after it)."""
+    assert result.run.returncode == 0, result.run.stderr[-3000:]
+    problems = stream_problems(stream, result.records(stream), truth_rows(result.truth, stream))
+    assert not problems, problems
 
 
 def summaries(run: TapRun) -> dict[str, list[dict[str, Any]]]:

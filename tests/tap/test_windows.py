@@ -218,13 +218,8 @@ def test_start_date_instant_is_read_as_its_london_day_for_guests_and_stats(
     assert not problems, "\n".join(problems)
 
 
-def test_start_date_instant_is_the_exact_since_of_instant_windows(
-    start_instant_sync: tuple[Sync, dt.datetime],
-) -> None:
-    result, start = start_instant_sync
-    entries = requests_for(result.log, PATH_GROUPS[("rewards",)])
-    assert entries
-    assert {parse_instant(param(entry, "since")) for entry in entries} == {start}
+def assert_rewards_issued_from(result: Sync, start: dt.datetime) -> None:
+    """The rewards emitted are exactly the truth's rewards issued at or after `start` (some)."""
     expected = [
         row
         for row in truth_rows(result.truth, "rewards")
@@ -233,6 +228,16 @@ def test_start_date_instant_is_the_exact_since_of_instant_windows(
     assert expected
     problems = stream_problems("rewards", result.records("rewards"), expected)
     assert not problems, "\n".join(problems)
+
+
+def test_start_date_instant_is_the_exact_since_of_instant_windows(
+    start_instant_sync: tuple[Sync, dt.datetime],
+) -> None:
+    result, start = start_instant_sync
+    entries = requests_for(result.log, PATH_GROUPS[("rewards",)])
+    assert entries
+    assert {parse_instant(param(entry, "since")) for entry in entries} == {start}
+    assert_rewards_issued_from(result, start)
 
 
 def test_start_date_as_a_date_starts_windows_at_london_midnight(
@@ -250,14 +255,7 @@ def test_start_date_as_a_date_starts_windows_at_london_midnight(
     for entry in requests_for(result.log, PATH_GROUPS[("rewards",)]):
         since = param(entry, "since")
         assert since == day.isoformat() or parse_instant(since) == midnight, entry["query"]
-    expected = [
-        row
-        for row in truth_rows(result.truth, "rewards")
-        if parse_instant(row["issued_at"]) >= midnight
-    ]
-    assert expected
-    problems = stream_problems("rewards", result.records("rewards"), expected)
-    assert not problems, "\n".join(problems)
+    assert_rewards_issued_from(result, midnight)
 
 
 # ------------------------------------------------------------------------------ state
