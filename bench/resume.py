@@ -1,7 +1,11 @@
 """Kill-and-resume cost: for each stream, SIGKILL a sync at several points and resume it from the
 last STATE it wrote; print (killed + resumed requests) / uninterrupted requests, per stream.
 
-    .venv/bin/python bench/resume.py [--size medium] [--streams guests,rewards] [--at 0.25,0.6,0.9]
+    PYTHONPATH=tests:scripts .venv/bin/python bench/resume.py [--size medium] \
+        [--streams guests,rewards] [--at 0.25,0.6,0.9]
+
+It drives the reliability suite's own kill-and-resume code (tests/support/kill_resume.py), so it
+runs with the path pytest's `pythonpath` setting gives the tests (tests/ and scripts/).
 
 By default each stream runs on the account the test suite uses for it (STREAM_SIZES): big
 enough that one page, the most a kill can waste, is a small share of the sync.
@@ -15,15 +19,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-for folder in ("scripts", "tests", "tests/reliability"):  # the test suite's own driver
-    sys.path.insert(0, str(ROOT / folder))
-
-from guestdata_sandbox.testing import SandboxProcess  # noqa: E402
-from kill_resume import measure  # noqa: E402
-from test_resume_anywhere import KILL_POINTS, STREAM_SIZES  # noqa: E402
+from guestdata_sandbox.testing import SandboxProcess
+from support.kill_resume import KILL_POINTS, STREAM_SIZES, measure
 
 
 def main() -> int:

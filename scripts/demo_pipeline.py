@@ -33,6 +33,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from tap_guestdata.tap import STREAM_TYPES
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
 DEMO_DATABASE = "guestdata_demo"
@@ -44,22 +46,9 @@ EMBEDDED_PGDATA = PROJECT_ROOT / ".meltano" / "demo-postgres"
 # What the job needs; `meltano install` alone would also fetch target-snowflake and the mapper.
 DEMO_PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types", "dbt-postgres")
 
-# Stream -> primary key, as the tap declares them; the order is the report's order.
+# Stream -> primary key, as the tap's stream classes declare them; the order is the report's order.
 STREAM_KEYS: dict[str, tuple[str, ...]] = {
-    "account": ("account_id",),
-    "venues": ("id",),
-    "guests": ("id",),
-    "daily_stats": ("venue_id", "date"),
-    "daily_account_stats": ("date",),
-    "programme": ("id",),
-    "programme_venues": ("site_id",),
-    "tiers": ("programme_id", "key"),
-    "members": ("id",),
-    "member_ledger": ("id",),
-    "rewards": ("id",),
-    "redemptions": ("id",),
-    "offers": ("id",),
-    "offer_stats": ("offer_id",),
+    stream.name: tuple(stream.primary_keys or ()) for stream in STREAM_TYPES
 }
 
 

@@ -1,19 +1,19 @@
-"""Shared fixtures: one sandbox per test session (read-only use), fresh ones for mutations."""
+"""Shared fixtures: one sandbox per test session (read-only use), fresh ones for mutations.
+
+The PostgreSQL and Meltano fixtures of the suites that run the Meltano project (`pg_server`,
+`e2e_database`, `meltano_installed`) are defined once, in support/pipeline.py.
+"""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
+from support.sandbox import OWNER_KEY
 
-OWNER_KEY = OWNER_KEYS[0]
-# scripts/ is not a package: its demo's checks (STREAM_KEYS, truth tables) serve the tests too.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+pytest_plugins = ["support.pipeline"]
 
 
 @pytest.fixture(scope="session")
@@ -30,13 +30,14 @@ def fresh_sandbox() -> Iterator[SandboxProcess]:
         yield server
 
 
-@pytest.fixture()
-def owner_key() -> str:
-    return OWNER_KEY
+@pytest.fixture(scope="module")
+def module_sandbox() -> Iterator[SandboxProcess]:
+    """A sandbox of the test module's own: its tests may mutate it, in order (e2e, Snowflake)."""
+    with SandboxProcess(size="small", seed=11, limits=False) as server:
+        yield server
 
 
-def tap_config(server: SandboxProcess, **overrides: object) -> dict:
-    """A tap config pointing at a sandbox with the owner's key."""
-    config: dict = {"api_key": OWNER_KEY, "base_url": server.base_url}
-    config.update(overrides)
-    return config
+@pytest.fixture(scope="module")
+def module_truth(module_sandbox: SandboxProcess) -> Callable[[], dict]:
+    """The module sandbox's ground truth now, for the owner's key (call again after mutations)."""
+    return lambda: module_sandbox.truth(OWNER_KEY)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tap_process import run_tap
+from support.tap_process import run_tap
 
 ROOT = Path(__file__).resolve().parent.parent
 # Built into every SDK tap; Meltano's own plugin definition covers them.

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import secrets
-import subprocess
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
-from dag_testing import MELTANO, PLUGINS, PROJECT_ROOT, demo_pipeline
+import demo_pipeline
+from dag_testing import PLUGINS, Airflow, AirflowFactory, pipeline_airflow
+from support.pipeline import install_plugins, postgres_server, throwaway_database
 
 
 @pytest.fixture(scope="session")
@@ -25,45 +21,39 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[demo_pipeline.Destination]:
     """127.0.0.1:5432 (user postgres, trust) if it answers, else the embedded pgserver."""
-    server = demo_pipeline.server_from_url(demo_pipeline.DEFAULT_SERVER_URL, "local")
-    if demo_pipeline.server_answers(server):
+    with postgres_server() as server:
         yield server
-        return
-    with (
-        tempfile.TemporaryDirectory(prefix="guestdata-airflow-pg-") as pgdata,
-        demo_pipeline.embedded_server(Path(pgdata) / "data") as embedded,
-    ):
-        yield embedded
 
 
 @pytest.fixture(scope="module")
 def database(postgres: demo_pipeline.Destination) -> Iterator[str]:
     """A throwaway database, dropped at the end whatever happened."""
-    name = f"guestdata_airflow_{os.getpid()}_{secrets.token_hex(3)}"
-    with psycopg.connect(postgres.conninfo("postgres"), autocommit=True) as connection:
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
+    with throwaway_database(postgres, "guestdata_airflow") as name:
         yield name
-    finally:
-        with psycopg.connect(postgres.conninfo("postgres"), autocommit=True) as connection:
-            connection.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+
+
+@pytest.fixture(scope="module")
+def database_url(postgres: demo_pipeline.Destination, database: str) -> str:
+    return postgres.conninfo(database)
 
 
 @pytest.fixture(scope="module")
 def meltano_installed(tmp_path_factory: pytest.TempPathFactory) -> None:
     """`meltano install` of the plugins the DAG runs (idempotent; the group extractors share
     tap-guestdata's virtualenv)."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("MELTANO_")}
-    env["MELTANO_DATABASE_URI"] = f"sqlite:///{tmp_path_factory.mktemp('install')}/meltano.db"
-    result = subprocess.run(
-        [str(MELTANO), "install", *PLUGINS],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    install_plugins(PLUGINS, tmp_path_factory.mktemp("install"))
+
+
+@pytest.fixture(scope="module")
+def airflow_for(
+    meltano_installed: None,
+    postgres: demo_pipeline.Destination,
+    database: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AirflowFactory:
+    """Makes the module's Airflow home: the sandbox's base_url and the DAG settings in."""
+
+    def make(base_url: str, settings: Mapping[str, str]) -> Airflow:
+        return pipeline_airflow(tmp_path_factory, base_url, postgres, database, settings)
+
+    return make

@@ -10,14 +10,8 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dags"))
 from guestdata_accounts import (
     GROUPS,
     LANES_PER_QUEUE,
@@ -34,6 +28,8 @@ from guestdata_accounts import (
     plan_tasks,
     pools,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def random_schedule(tasks: list[TaskSpec], seed: int) -> list[list[TaskSpec]]:

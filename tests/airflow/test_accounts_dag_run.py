@@ -10,14 +10,12 @@ keep it to seven short Meltano runs on a small sandbox.
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from dag_testing import MELTANO, PROJECT_ROOT, Airflow, airflow_env, demo_pipeline
+from dag_testing import Airflow, AirflowFactory, demo_pipeline, state_ids
 from guestdata_sandbox.accounts import (
     LIMITED_ACCESS_KEY,
     OWNER_KEYS,
@@ -72,57 +70,17 @@ def schema_of(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxProcess]:
-    with SandboxProcess(size="small", seed=31, limits=False) as server:
-        yield server
+def sandbox(module_sandbox: SandboxProcess) -> SandboxProcess:
+    return module_sandbox  # this module's own small sandbox (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def airflow(
-    meltano_installed: None,
-    sandbox: SandboxProcess,
-    postgres: demo_pipeline.Destination,
-    database: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Airflow:
-    home = tmp_path_factory.mktemp("airflow-home-accounts")
-    state_dir = tmp_path_factory.mktemp("meltano-state-accounts")
-    meltano = demo_pipeline.meltano_env(sandbox.base_url, postgres, database, state_dir)
-    pipeline = {
-        name: value
-        for name, value in meltano.items()
-        if name.startswith(("TAP_GUESTDATA", "TARGET_POSTGRES", "MELTANO_"))
+def airflow(sandbox: SandboxProcess, airflow_for: AirflowFactory) -> Airflow:
+    settings = {
+        "GUESTDATA_ACCOUNTS": json.dumps(accounts_document(sandbox.base_url)),
+        **key_variables(),
     }
-    env = airflow_env(
-        home,
-        {
-            **pipeline,
-            "TAP_GUESTDATA_REQUESTS_PER_MINUTE": "100000",  # sandbox limits are off
-            "GUESTDATA_PROJECT_ROOT": str(PROJECT_ROOT),
-            "GUESTDATA_MELTANO_BIN": str(MELTANO),
-            "GUESTDATA_MELTANO_ENVIRONMENT": "dev",
-            "GUESTDATA_RETRIES": "0",
-            "GUESTDATA_KEY_COOLDOWN_SECONDS": "0",
-            "GUESTDATA_ACCOUNTS": json.dumps(accounts_document(sandbox.base_url)),
-            **key_variables(),
-        },
-    )
-    runner = Airflow(home, env)
-    runner.run("-m", "airflow", "db", "migrate", timeout=300)
-    return runner
-
-
-def state_ids(airflow: Airflow) -> list[str]:
-    result = subprocess.run(
-        [str(MELTANO), "--environment=dev", "state", "list"],
-        cwd=PROJECT_ROOT,
-        env=airflow.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return sorted(line.strip() for line in result.stdout.splitlines() if line.startswith("dev:"))
+    return airflow_for(sandbox.base_url, settings)
 
 
 def tables_in(database_url: str, schema: str) -> set[str]:
@@ -134,12 +92,8 @@ def tables_in(database_url: str, schema: str) -> set[str]:
 
 
 def test_each_account_loads_its_own_schema_and_a_revoked_key_fails_only_its_task(
-    airflow: Airflow,
-    sandbox: SandboxProcess,
-    postgres: demo_pipeline.Destination,
-    database: str,
+    airflow: Airflow, sandbox: SandboxProcess, database_url: str
 ) -> None:
-    database_url = postgres.conninfo(database)
     sandbox.clear_requests()
     run = airflow.dag_test("guestdata_meltano", check=False)
 

@@ -11,7 +11,6 @@ subprocess (see dag_testing.py).
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dag_testing import MELTANO, PROJECT_ROOT, Airflow, airflow_env, demo_pipeline
+from dag_testing import Airflow, AirflowFactory, demo_pipeline, state_ids
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 
@@ -62,38 +61,8 @@ def sandbox() -> Iterator[SandboxProcess]:
 
 
 @pytest.fixture(scope="module")
-def airflow(
-    meltano_installed: None,
-    sandbox: SandboxProcess,
-    postgres: demo_pipeline.Destination,
-    database: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Airflow:
-    home = tmp_path_factory.mktemp("airflow-home")
-    state_dir = tmp_path_factory.mktemp("meltano-state")
-    meltano = demo_pipeline.meltano_env(sandbox.base_url, postgres, database, state_dir)
-    pipeline = {
-        name: value
-        for name, value in meltano.items()
-        if name.startswith(("TAP_GUESTDATA", "TARGET_POSTGRES", "MELTANO_"))
-    }
-    env = airflow_env(
-        home,
-        {
-            **pipeline,
-            # The sandbox's limits are off; the tap's own limiter need not slow the test.
-            "TAP_GUESTDATA_REQUESTS_PER_MINUTE": "100000",
-            "GUESTDATA_PROJECT_ROOT": str(PROJECT_ROOT),
-            "GUESTDATA_MELTANO_BIN": str(MELTANO),
-            "GUESTDATA_MELTANO_ENVIRONMENT": "dev",
-            "GUESTDATA_RETRIES": "0",  # dag.test() would wait out retry_delay
-            "GUESTDATA_KEY_COOLDOWN_SECONDS": "0",
-            **KEY_SETTINGS,
-        },
-    )
-    runner = Airflow(home, env)
-    runner.run("-m", "airflow", "db", "migrate", timeout=300)
-    return runner
+def airflow(sandbox: SandboxProcess, airflow_for: AirflowFactory) -> Airflow:
+    return airflow_for(sandbox.base_url, KEY_SETTINGS)
 
 
 def check_against_truth(database_url: str, truth: dict[str, Any]) -> None:
@@ -123,26 +92,9 @@ def keys_by_group(sandbox: SandboxProcess) -> dict[str, set[str]]:
     return used
 
 
-def state_ids(airflow: Airflow) -> list[str]:
-    result = subprocess.run(
-        [str(MELTANO), "--environment=dev", "state", "list"],
-        cwd=PROJECT_ROOT,
-        env=airflow.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return sorted(line.strip() for line in result.stdout.splitlines() if line.startswith("dev:"))
-
-
 def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
-    airflow: Airflow,
-    sandbox: SandboxProcess,
-    postgres: demo_pipeline.Destination,
-    database: str,
+    airflow: Airflow, sandbox: SandboxProcess, database_url: str
 ) -> None:
-    database_url = postgres.conninfo(database)
     sandbox.clear_requests()
 
     started = time.monotonic()

@@ -3,17 +3,15 @@ own rate limiter within 10%, and the simulation notices a plan that overloads an
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from guestdata_accounts import Lane, TaskSpec
+
+import plan_workers
+from plan_workers import Workload, planned_seconds, planned_tasks, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "dags")]
-from guestdata_accounts import Lane, TaskSpec  # noqa: E402
-
-import plan_workers  # noqa: E402
-from plan_workers import Workload, planned_seconds, planned_tasks, simulate  # noqa: E402
 
 SCENARIOS = {
     "12 small x 3 keys, 2 workers, first sync": ([Workload(12, "small", 3)], 2, "first"),

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import demo_pipeline
 from demo_pipeline import compare_stream, same_value
+from support.streams import STREAM_KEYS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,8 +37,8 @@ def test_demo_loads_the_embedded_postgres_and_every_table_matches(tmp_path: Path
     assert result.returncode == 0, output[-4000:]
     assert "embedded PostgreSQL 16 (pgserver)" in output
     table = [line.split() for line in result.stdout.splitlines() if line.strip()]
-    rows = {cells[0]: cells for cells in table if cells[0] in demo_pipeline.STREAM_KEYS}
-    assert set(rows) == set(demo_pipeline.STREAM_KEYS)
+    rows = {cells[0]: cells for cells in table if cells[0] in STREAM_KEYS}
+    assert set(rows) == set(STREAM_KEYS)  # every stream of the tap
     for stream, cells in rows.items():
         assert cells[1] == cells[2] and cells[3] == "yes", (stream, cells)
         assert int(cells[1]) > 0, f"{stream}: the demo should load rows"

@@ -19,7 +19,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 import demo_pipeline
-from demo_pipeline import STREAM_KEYS, TARGET_SCHEMA, key_of
+from demo_pipeline import TARGET_SCHEMA
+from support.streams import STREAM_KEYS, changed_keys, keyed_tables, truth_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -38,33 +39,18 @@ def check_against_truth(database: str, truth: Mapping[str, Any]) -> list[demo_pi
 
 def business_rows(database: str) -> dict[str, dict[tuple, dict]]:
     """Every table keyed by primary key, without the target's _sdc_* bookkeeping columns."""
-    tables: dict[str, dict[tuple, dict]] = {}
     with psycopg.connect(database) as connection:
-        for stream, key in STREAM_KEYS.items():
-            rows = demo_pipeline.database_rows(connection, TARGET_SCHEMA, stream)
-            tables[stream] = {
-                key_of(row, key): {k: v for k, v in row.items() if not k.startswith("_sdc_")}
-                for row in rows
+        return keyed_tables(
+            {
+                stream: demo_pipeline.database_rows(connection, TARGET_SCHEMA, stream)
+                for stream in STREAM_KEYS
             }
-    return tables
+        )
 
 
-def truth_rows(truth: Mapping[str, Any]) -> dict[str, dict[tuple, dict]]:
-    return {
-        stream: {key_of(row, STREAM_KEYS[stream]): row for row in rows}
-        for stream, rows in demo_pipeline.truth_tables(truth).items()
-    }
-
-
-def changed_keys(before: dict[str, dict], after: dict[str, dict]) -> dict[str, set]:
-    """Per stream, the keys added, removed or whose row differs."""
-    changes = {}
-    for stream in STREAM_KEYS:
-        old, new = before.get(stream, {}), after.get(stream, {})
-        keys = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
-        if keys:
-            changes[stream] = keys
-    return changes
+def keyed_truth(truth: Mapping[str, Any]) -> dict[str, dict[tuple, dict]]:
+    """The ground truth keyed like `business_rows`."""
+    return keyed_tables({stream: truth_rows(truth, stream) for stream in STREAM_KEYS})
 
 
 def total_and_distinct(database: str, stream: str) -> tuple[int, int]:
@@ -78,16 +64,16 @@ def total_and_distinct(database: str, stream: str) -> tuple[int, int]:
 
 
 def test_full_run_loads_every_table_equal_to_ground_truth(
-    meltano: Any, database: str, owner_truth: Callable[[], dict]
+    meltano: Any, database: str, module_truth: Callable[[], dict]
 ) -> None:
     meltano.run(*RUN_ALL)
-    checks = check_against_truth(database, owner_truth())
+    checks = check_against_truth(database, module_truth())
     empty = [check.stream for check in checks if check.rows_in_truth == 0]
     assert not empty, f"the sandbox should have rows for every stream, not for {empty}"
 
 
 def test_column_types_are_timestamptz_date_integer_boolean_numeric_jsonb(
-    database: str, owner_truth: Callable[[], dict]
+    database: str, module_truth: Callable[[], dict]
 ) -> None:
     columns_query = """
         SELECT table_name, column_name, data_type FROM information_schema.columns
@@ -103,7 +89,9 @@ def test_column_types_are_timestamptz_date_integer_boolean_numeric_jsonb(
     assert not naive, naive
 
     wrong = []
-    for stream, rows in demo_pipeline.truth_tables(owner_truth()).items():
+    truth = module_truth()
+    for stream in STREAM_KEYS:
+        rows = truth_rows(truth, stream)
         fields = {name for row in rows for name in row}
         for name in sorted(fields):
             values = [row[name] for row in rows if row.get(name) is not None]
@@ -138,10 +126,10 @@ def expected_column_types(values: list[Any]) -> set[str]:
 
 
 def test_instants_keep_their_offsets_as_the_same_moment(
-    database: str, owner_truth: Callable[[], dict]
+    database: str, module_truth: Callable[[], dict]
 ) -> None:
     """A visit at 10:00+01:00 must read back as 09:00Z whatever the session's time zone."""
-    guests = {row["id"]: row for row in owner_truth()["guests"]}
+    guests = {row["id"]: row for row in module_truth()["guests"]}
     with psycopg.connect(database) as connection:
         connection.execute("SET TIME ZONE 'Asia/Tokyo'")
         rows = connection.execute(
@@ -155,7 +143,7 @@ def test_instants_keep_their_offsets_as_the_same_moment(
 
 
 def test_second_run_without_changes_adds_no_rows_and_no_duplicates(
-    meltano: Any, database: str, owner_truth: Callable[[], dict]
+    meltano: Any, database: str, module_truth: Callable[[], dict]
 ) -> None:
     before = business_rows(database)
     meltano.run(*RUN_ALL)
@@ -164,13 +152,13 @@ def test_second_run_without_changes_adds_no_rows_and_no_duplicates(
     for stream in STREAM_KEYS:
         total, distinct = total_and_distinct(database, stream)
         assert total == distinct == len(after[stream]), stream
-    check_against_truth(database, owner_truth())
+    check_against_truth(database, module_truth())
 
 
 def test_mutations_update_exactly_the_changed_rows_on_the_next_run(
-    meltano: Any, database: str, owner_truth: Callable[[], dict], e2e_sandbox
+    meltano: Any, database: str, module_truth: Callable[[], dict], module_sandbox
 ) -> None:
-    truth_before = owner_truth()
+    truth_before = module_truth()
     loaded_before = business_rows(database)
 
     # The newest unused reward and the newest completed redemption: what a lookback re-reads.
@@ -180,13 +168,13 @@ def test_mutations_update_exactly_the_changed_rows_on_the_next_run(
     voided = max(completed, key=lambda r: r["created_at"])
     member = max(truth_before["members"], key=lambda m: m["last_visit_at"] or "")
 
-    new_guests = e2e_sandbox.mutate("add_guests", count=3)["ids"]
-    redeemed = e2e_sandbox.mutate("redeem_reward", reward_id=reward["id"])
-    e2e_sandbox.mutate("void_redemption", redemption_id=voided["id"])
-    new_lines = e2e_sandbox.mutate("add_ledger_lines", member_id=member["id"], count=2)["ids"]
+    new_guests = module_sandbox.mutate("add_guests", count=3)["ids"]
+    redeemed = module_sandbox.mutate("redeem_reward", reward_id=reward["id"])
+    module_sandbox.mutate("void_redemption", redemption_id=voided["id"])
+    new_lines = module_sandbox.mutate("add_ledger_lines", member_id=member["id"], count=2)["ids"]
 
-    truth_after = owner_truth()
-    expected_changes = changed_keys(truth_rows(truth_before), truth_rows(truth_after))
+    truth_after = module_truth()
+    expected_changes = changed_keys(keyed_truth(truth_before), keyed_truth(truth_after))
     # The mutations themselves, as the truth reports them (guards the test's own logic).
     assert {(guest_id,) for guest_id in new_guests} <= expected_changes["guests"]
     assert (reward["id"],) in expected_changes["rewards"]
@@ -201,7 +189,7 @@ def test_mutations_update_exactly_the_changed_rows_on_the_next_run(
 
 
 def test_full_refresh_rebuilds_damaged_tables_cleanly(
-    meltano: Any, database: str, owner_truth: Callable[[], dict]
+    meltano: Any, database: str, module_truth: Callable[[], dict]
 ) -> None:
     # Damage: lose some guests and a whole table's rows; a full refresh must restore them.
     with psycopg.connect(database) as connection:
@@ -212,17 +200,17 @@ def test_full_refresh_rebuilds_damaged_tables_cleanly(
         )
         connection.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(TARGET_SCHEMA, "tiers")))
     meltano.run("--environment=dev", "run", "--full-refresh", "guestdata-to-postgres")
-    check_against_truth(database, owner_truth())
+    check_against_truth(database, module_truth())
     for stream in STREAM_KEYS:
         total, distinct = total_and_distinct(database, stream)
         assert total == distinct, f"{stream}: {total - distinct} duplicate row(s)"
 
 
 def test_stream_groups_read_the_key_from_the_environment_and_keep_their_own_state(
-    meltano: Any, e2e_sandbox, database: str
+    meltano: Any, module_sandbox, database: str
 ) -> None:
     group_key = "gd_owner_growth_3"
-    e2e_sandbox.clear_requests()
+    module_sandbox.clear_requests()
     meltano.run(
         "--environment=dev",
         "run",
@@ -230,10 +218,10 @@ def test_stream_groups_read_the_key_from_the_environment_and_keep_their_own_stat
         "target-postgres",
         extra_env={"TAP_GUESTDATA_API_KEY": group_key},
     )
-    used_keys = {entry["key"] for entry in e2e_sandbox.requests_log()}
+    used_keys = {entry["key"] for entry in module_sandbox.requests_log()}
     assert used_keys == {group_key}, used_keys
     # Only its own streams' endpoints: no guests, no Rewards.
-    paths = {entry["path"] for entry in e2e_sandbox.requests_log()}
+    paths = {entry["path"] for entry in module_sandbox.requests_log()}
     assert not [p for p in paths if p.startswith(("/guests", "/rewards"))], paths
     state_ids = meltano.state_ids()
     assert "dev:tap-guestdata--stats-to-target-postgres" in state_ids, state_ids
@@ -241,7 +229,7 @@ def test_stream_groups_read_the_key_from_the_environment_and_keep_their_own_stat
 
 
 def test_hash_pii_mapping_hashes_emails_and_phones_and_drops_names(
-    meltano: Any, database: str, owner_truth: Callable[[], dict]
+    meltano: Any, database: str, module_truth: Callable[[], dict]
 ) -> None:
     schema = "guestdata_pii"
     meltano.run(
@@ -256,7 +244,7 @@ def test_hash_pii_mapping_hashes_emails_and_phones_and_drops_names(
             "TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA": schema,
         },
     )
-    truth = owner_truth()
+    truth = module_truth()
     with psycopg.connect(database, row_factory=dict_row) as connection:
         guests = connection.execute(
             sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, "guests"))

@@ -47,14 +47,14 @@ def guest_column(database: str) -> tuple[str | None, dict[int, Any]]:
 
 
 def test_a_field_added_mid_life_becomes_a_column_holding_its_values(
-    meltano: Any, e2e_sandbox: SandboxProcess, database: str
+    meltano: Any, module_sandbox: SandboxProcess, database: str
 ) -> None:
     meltano.run(*RUN_CORE, extra_env=TARGET_ENV)
     column_type, _ = guest_column(database)
     assert column_type is None, "the column exists before the API sends the field"
 
-    e2e_sandbox.mutate("add_field", path="/guests", field=FIELD, values=VALUES)
-    new_ids = e2e_sandbox.mutate("add_guests", count=3)["ids"]
+    module_sandbox.mutate("add_field", path="/guests", field=FIELD, values=VALUES)
+    new_ids = module_sandbox.mutate("add_guests", count=3)["ids"]
     incremental = meltano.run(*RUN_CORE, extra_env=TARGET_ENV)
     output = incremental.stdout + incremental.stderr
     drift_lines = [line for line in output.splitlines() if "drift" in line]
@@ -69,6 +69,6 @@ def test_a_field_added_mid_life_becomes_a_column_holding_its_values(
 
     # A full refresh fills the column for the rows read before the field existed.
     meltano.run(*RUN_CORE[:2], "--full-refresh", *RUN_CORE[2:], extra_env=TARGET_ENV)
-    truth = {row["id"]: row[FIELD] for row in e2e_sandbox.truth("gd_owner_growth_1", "guests")}
+    truth = {row["id"]: row[FIELD] for row in module_sandbox.truth("gd_owner_growth_1", "guests")}
     _, values = guest_column(database)
     assert values == truth

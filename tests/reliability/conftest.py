@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from reliability_support import LEAK_WATCH
+from support.reliability import LEAK_WATCH
 
 
 @pytest.fixture(autouse=True)

@@ -10,19 +10,19 @@ from collections import Counter
 
 from guestdata_sandbox.accounts import OWNER_KEYS, TEAM_NO_GUEST_DATA
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    OWNER_KEY,
+from support.reliability import (
     assert_clean_failure,
-    assert_records_match,
+    assert_matches_truth,
+    assert_resumed,
     assert_union_matches_truth,
     catalog_for,
-    last_seq,
+    reliability_config,
     run,
-    tap_config,
-    truth_rows,
     union_records,
     wait_for,
 )
+from support.sandbox import OWNER_KEY, last_seq
+from support.streams import truth_rows
 
 ACCOUNT_ID = 1001
 
@@ -33,7 +33,7 @@ def test_key_revoked_mid_run_fails_clearly_and_another_key_resumes(
     server = fresh_sandbox
     server.latency(0.02)
     streams = ["guests", "members", "member_ledger"]
-    config = tap_config(server)
+    config = reliability_config(server)
     catalog = catalog_for(config, streams)
     seq = last_seq(server)
     revoked_at: list[int] = []
@@ -68,17 +68,17 @@ def test_key_revoked_mid_run_fails_clearly_and_another_key_resumes(
 
     other_key = OWNER_KEYS[1]
     server.latency(0)
-    resumed = run(tap_config(server, key=other_key), catalog=catalog, state=failed.final_state)
+    resumed = run(
+        reliability_config(server, key=other_key), catalog=catalog, state=failed.final_state
+    )
 
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert len(resumed.records.get("guests", [])) < len(truth_rows(server, other_key, "guests"))
-    assert_union_matches_truth([failed, resumed], server, other_key, streams)
+    assert_resumed(failed, resumed, server, other_key, streams, guests_share=1)
 
 
 def test_revoked_key_between_runs_fails_without_retrying(fresh_sandbox: SandboxProcess) -> None:
     server = fresh_sandbox
     server.mutate("revoke_key", key=OWNER_KEY)
-    config = tap_config(server, max_retries=3)
+    config = reliability_config(server, max_retries=3)
     catalog = catalog_for(config, ["account", "venues"])
     seq = last_seq(server)
 
@@ -96,7 +96,7 @@ def test_permission_granted_between_runs_resumes_member_streams(
     server = fresh_sandbox
     key = TEAM_NO_GUEST_DATA
     streams = ["guests", "members", "member_ledger", "rewards"]
-    config = tap_config(server, key=key, on_forbidden="warn")
+    config = reliability_config(server, key=key, on_forbidden="warn")
     catalog = catalog_for(config, streams)
     seq = last_seq(server)
 
@@ -106,8 +106,7 @@ def test_permission_granted_between_runs_resumes_member_streams(
     assert not first.records.get("members") and not first.records.get("member_ledger")
     assert "TEAM_PERMISSION_REQUIRED" in first.stderr or "view_guest_data" in first.stderr
     assert "members" in first.stderr
-    for stream in ("guests", "rewards"):
-        assert_records_match(stream, first.records.get(stream, []), truth_rows(server, key, stream))
+    assert_matches_truth(first, server, key, ["guests", "rewards"])
     member_calls = [e for e in server.requests_log(after=seq) if "/rewards/members" in e["path"]]
     assert [e["status"] for e in member_calls] == [403], "a 403 must not be retried or repeated"
     assert first.final_state is not None
@@ -116,10 +115,7 @@ def test_permission_granted_between_runs_resumes_member_streams(
     second = run(config, catalog=catalog, state=first.final_state)
 
     assert second.returncode == 0, second.stderr[-3000:]
-    for stream in ("members", "member_ledger"):
-        assert_records_match(
-            stream, second.records.get(stream, []), truth_rows(server, key, stream)
-        )
+    assert_matches_truth(second, server, key, ["members", "member_ledger"])
     # The state of the other streams was kept: they only re-read from their bookmarks.
     assert len(second.records.get("guests", [])) < len(first.records["guests"]) / 2
     assert len(second.records.get("rewards", [])) < len(first.records["rewards"])
@@ -129,7 +125,7 @@ def test_forbidden_stream_fails_the_run_when_on_forbidden_is_fail(
     fresh_sandbox: SandboxProcess,
 ) -> None:
     server = fresh_sandbox
-    config = tap_config(server, key=TEAM_NO_GUEST_DATA, on_forbidden="fail")
+    config = reliability_config(server, key=TEAM_NO_GUEST_DATA, on_forbidden="fail")
     catalog = catalog_for(config, ["venues", "members"])
 
     failed = run(config, catalog=catalog)
@@ -141,7 +137,7 @@ def test_forbidden_stream_fails_the_run_when_on_forbidden_is_fail(
 def test_rewards_switched_off_then_on_between_runs(fresh_sandbox: SandboxProcess) -> None:
     server = fresh_sandbox
     streams = ["guests", "rewards", "redemptions", "offers"]
-    config = tap_config(server, on_forbidden="warn")
+    config = reliability_config(server, on_forbidden="warn")
     catalog = catalog_for(config, streams)
 
     first = run(config, catalog=catalog)
@@ -170,21 +166,16 @@ def test_rewards_switched_off_then_on_between_runs(fresh_sandbox: SandboxProcess
     # Redeeming changed old rewards rows too (status): how far back those are re-read is the
     # lookback's business, not this test's; here no reward may be missing.
     reward_ids = {row["id"] for row in merged.get("rewards", [])}
-    assert {row["id"] for row in truth_rows(server, OWNER_KEY, "rewards")} <= reward_ids
-    for stream in ("guests", "redemptions", "offers"):
-        assert_records_match(
-            stream,
-            merged.get(stream, []),
-            truth_rows(server, OWNER_KEY, stream),
-            allow_duplicates=True,
-            allow_stale=True,
-        )
+    assert {row["id"] for row in truth_rows(server.truth(OWNER_KEY), "rewards")} <= reward_ids
+    assert_union_matches_truth(
+        [first, off, on], server, OWNER_KEY, ["guests", "redemptions", "offers"], allow_stale=True
+    )
 
 
 def test_rewards_disabled_with_fail_policy_names_the_code(fresh_sandbox: SandboxProcess) -> None:
     server = fresh_sandbox
     server.mutate("set_rewards", account_id=ACCOUNT_ID, enabled=False)
-    config = tap_config(server, on_forbidden="fail")
+    config = reliability_config(server, on_forbidden="fail")
     catalog = catalog_for(config, ["venues", "offers"])
 
     failed = run(config, catalog=catalog)

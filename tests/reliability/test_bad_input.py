@@ -16,21 +16,20 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
+from support.reliability import (
     LEAK_WATCH,
-    OWNER_KEY,
-    OWNER_KEYS,
     RecordingServer,
-    TapRun,
     assert_clean_failure,
     assert_no_traceback,
     catalog_for,
-    last_seq,
     recording_server,
+    reliability_config,
     run_raw,
-    tap_config,
 )
+from support.sandbox import OWNER_KEY, last_seq
+from support.tap_process import TapRun
 
 # Secrets of the malformed-key cases: none may be echoed.
 SPACED_KEY = "gd_owner growth_1 with spaces"
@@ -152,7 +151,7 @@ def test_bad_config_is_refused_before_any_request(
     _, config, words = next(item for item in bad_configs(sandbox.base_url) if item[0] == case)
     LEAK_WATCH.watch(SPACED_KEY, NEWLINE_KEY, SIXTH_KEY, str(NUMERIC_KEY), OWNER_KEY)
     seq_before = last_seq(sandbox)
-    catalog = catalog_for(tap_config(sandbox), ["account", "guests"])
+    catalog = catalog_for(reliability_config(sandbox), ["account", "guests"])
     tap_run = run_raw(json.dumps(config), catalog=catalog, env=proxied(proxy))
     assert_refused_without_request(tap_run, words, sandbox, seq_before, proxy)
 
@@ -209,7 +208,7 @@ def test_corrupt_state_file_is_refused_before_any_request(
     proxy.requests.clear()
     state_text, words = CORRUPT_STATES[case]
     seq_before = last_seq(sandbox)
-    config = tap_config(sandbox)
+    config = reliability_config(sandbox)
     catalog = catalog_for(config, ["account", "guests"])
     tap_run = run_raw(
         json.dumps(config), state_text=state_text, catalog=catalog, env=proxied(proxy)
@@ -222,7 +221,7 @@ def test_proxy_check_sees_requests_of_a_good_config(
 ) -> None:
     """The harness can fail: a good config through the proxy does reach it."""
     proxy.requests.clear()
-    config = tap_config(sandbox, max_retries=0)
+    config = reliability_config(sandbox, max_retries=0)
     catalog = catalog_for(config, ["account"])
     run_raw(json.dumps(config), catalog=catalog, env=proxied(proxy))
     assert proxy.requests, "the recording proxy saw nothing: the no-request checks prove nothing"

@@ -10,20 +10,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    OWNER_KEY,
-    TapRun,
-    assert_records_match,
+from support.reliability import (
+    assert_matches_truth,
     assert_union_matches_truth,
     catalog_for,
     collect,
     count_lines,
+    reliability_config,
     start,
-    tap_config,
-    truth_rows,
     wait_for,
 )
-from tap_process import kill
+from support.sandbox import OWNER_KEY
+from support.streams import truth_rows
+from support.tap_process import TapRun, kill
 
 STREAMS = ["guests", "members", "member_ledger", "rewards", "redemptions"]
 INCREMENTAL = ["guests", "members", "rewards", "redemptions"]
@@ -54,7 +53,7 @@ def test_sync_killed_at_several_points_resumes_without_loss(
 ) -> None:
     server = fresh_sandbox
     server.latency(0.1)  # a full sync takes several seconds: kills land mid-sync
-    config = tap_config(server)
+    config = reliability_config(server)
     catalog = catalog_for(config, STREAMS)
     kill_points: list[tuple[str, Callable[[Path], bool]]] = [
         ("mid-stream, after 200 records", records_at_least(200)),
@@ -92,7 +91,7 @@ def test_sync_killed_at_several_points_resumes_without_loss(
     for stream in INCREMENTAL:
         if bookmarked(state, stream):
             emitted = len(final.records.get(stream, []))
-            assert emitted < len(truth_rows(server, OWNER_KEY, stream)), stream
+            assert emitted < len(truth_rows(server.truth(OWNER_KEY), stream)), stream
     assert final.final_state is not None
     for stream in INCREMENTAL:
         assert bookmarked(final.final_state, stream), stream
@@ -110,7 +109,7 @@ def test_kill_during_first_page_then_rerun_without_state_is_complete(
     """Killed before any STATE: the rerun starts from scratch and nothing is missing."""
     server = fresh_sandbox
     server.latency(0.5)
-    config = tap_config(server)
+    config = reliability_config(server)
     catalog = catalog_for(config, ["guests"])
     directory = tmp_path / "killed"
     process = start(config, directory, catalog=catalog)
@@ -128,6 +127,4 @@ def test_kill_during_first_page_then_rerun_without_state_is_complete(
     returncode = process.wait(timeout=120)
     rerun = collect(rerun_directory, returncode)
     assert returncode == 0, rerun.stderr[-3000:]
-    assert_records_match(
-        "guests", rerun.records.get("guests", []), truth_rows(server, OWNER_KEY, "guests")
-    )
+    assert_matches_truth(rerun, server, OWNER_KEY, ["guests"])

@@ -13,17 +13,15 @@ from typing import Any
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    OWNER_KEY,
+from support.reliability import (
     assert_clean_failure,
-    assert_records_match,
-    assert_union_matches_truth,
+    assert_matches_truth,
+    assert_resumed,
     catalog_for,
-    last_seq,
+    reliability_config,
     run,
-    tap_config,
-    truth_rows,
 )
+from support.sandbox import OWNER_KEY, last_seq
 
 TIMEOUT_SECONDS = 1  # request_timeout_seconds for these tests: a `slow` fault outlasts it
 SLOW_SECONDS = 2.5
@@ -60,7 +58,7 @@ def test_sync_survives_faults_and_matches_truth(kind: str, fault_sandbox: Sandbo
     server = fault_sandbox
     server.reset()
     extra, statuses, _ = FAULTS[kind]
-    config = tap_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=4)
+    config = reliability_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=4)
     catalog = catalog_for(config, ["guests"])
     seq = last_seq(server)
     server.fault(kind, 2, path="/guests", **extra)
@@ -68,9 +66,7 @@ def test_sync_survives_faults_and_matches_truth(kind: str, fault_sandbox: Sandbo
     tap_run = run(config, catalog=catalog)
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    assert_records_match(
-        "guests", tap_run.records.get("guests", []), truth_rows(server, OWNER_KEY, "guests")
-    )
+    assert_matches_truth(tap_run, server, OWNER_KEY, ["guests"])
     log = settled_log(server, seq, kind)
     assert {entry["status"] for entry in log if entry["status"] != 200} <= statuses
     # Both faults were met by the first request (page 1), which was retried twice; every other
@@ -88,7 +84,7 @@ def test_faults_on_every_kind_of_endpoint_in_one_run(fault_sandbox: SandboxProce
     server = fault_sandbox
     server.reset()
     streams = ["account", "venues", "members", "member_ledger", "offers", "offer_stats"]
-    config = tap_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=4)
+    config = reliability_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=4)
     catalog = catalog_for(config, streams)
     server.fault("server_error", 1, path="/me")
     server.fault("drop", 1, path="/venues")
@@ -100,10 +96,7 @@ def test_faults_on_every_kind_of_endpoint_in_one_run(fault_sandbox: SandboxProce
     tap_run = run(config, catalog=catalog)
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    for stream in streams:
-        assert_records_match(
-            stream, tap_run.records.get(stream, []), truth_rows(server, OWNER_KEY, stream)
-        )
+    assert_matches_truth(tap_run, server, OWNER_KEY, streams)
 
 
 @pytest.mark.parametrize("kind", ["server_error", "bad_gateway_html", "drop", "truncated", "slow"])
@@ -114,7 +107,7 @@ def test_exhausted_retries_fail_naming_request_and_cause_and_state_resumes(
     server.reset()
     extra, _, cause_words = FAULTS[kind]
     streams = ["guests", "members"]
-    config = tap_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=2)
+    config = reliability_config(server, request_timeout_seconds=TIMEOUT_SECONDS, max_retries=2)
     catalog = catalog_for(config, streams)
     seq = last_seq(server)
     server.fault(kind, 10, path="/rewards/members", **extra)
@@ -136,18 +129,15 @@ def test_exhausted_retries_fail_naming_request_and_cause_and_state_resumes(
     server.reset()  # clears the faults left over (same seed: same data)
     resumed = run(config, catalog=catalog, state=failed.final_state)
 
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
     # Resumed, not restarted: guests came again only from the bookmark on.
-    guests_truth = truth_rows(server, OWNER_KEY, "guests")
-    assert len(resumed.records.get("guests", [])) < len(guests_truth) / 2
-    assert_union_matches_truth([failed, resumed], server, OWNER_KEY, streams)
+    assert_resumed(failed, resumed, server, OWNER_KEY, streams, guests_share=0.5)
 
 
 def test_retry_after_is_waited_before_retrying(fault_sandbox: SandboxProcess) -> None:
     """429 with Retry-After: 2 -> the retry comes no sooner than ~2 s later."""
     server = fault_sandbox
     server.reset()
-    config = tap_config(server, max_retries=3)
+    config = reliability_config(server, max_retries=3)
     catalog = catalog_for(config, ["account"])
     seq = last_seq(server)
     server.fault("rate_limit", 1, path="/me", retry_after=2)
@@ -155,9 +145,7 @@ def test_retry_after_is_waited_before_retrying(fault_sandbox: SandboxProcess) ->
     tap_run = run(config, catalog=catalog)
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    assert_records_match(
-        "account", tap_run.records.get("account", []), truth_rows(server, OWNER_KEY, "account")
-    )
+    assert_matches_truth(tap_run, server, OWNER_KEY, ["account"])
     log = [entry for entry in server.requests_log(after=seq) if entry["path"] == "/me"]
     assert [entry["status"] for entry in log] == [429, 200]
     assert log[1]["time"] - log[0]["time"] >= 1.9, log

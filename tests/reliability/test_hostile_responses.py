@@ -27,13 +27,8 @@ from hypothesis import strategies as st
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 from singer_sdk.singerlib import RecordMessage
 
-from reliability_support import (
-    LEAK_WATCH,
-    OWNER_KEY,
-    RecordingServer,
-    json_body,
-    recording_server,
-)
+from support.reliability import LEAK_WATCH, RecordingServer, json_body, recording_server
+from support.sandbox import OWNER_KEY
 from tap_guestdata.tap import TapGuestData
 from tap_guestdata.writer import GuestDataWriter
 

@@ -10,15 +10,14 @@ from pathlib import Path
 
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    assert_records_match,
+from support.reliability import (
+    assert_matches_truth,
     catalog_for,
     collect,
-    last_seq,
+    reliability_config,
     start,
-    tap_config,
-    truth_rows,
 )
+from support.sandbox import last_seq
 
 TIME_SCALE = 0.05  # the sandbox's rate-limit minute lasts 3 s
 WINDOW_SECONDS = 3
@@ -34,7 +33,7 @@ def test_concurrent_taps_with_five_keys_all_finish_without_loss(
     # Each tap allows itself more than the per-key 120 a (scaled) minute, so together they
     # also press on the per-address ceiling of 600: 429s are certain and must be handled.
     configs = [
-        tap_config(
+        reliability_config(
             server,
             key=key,
             requests_per_minute=200,
@@ -54,10 +53,7 @@ def test_concurrent_taps_with_five_keys_all_finish_without_loss(
 
     for key, tap_run in zip(keys, runs, strict=True):
         assert tap_run.returncode == 0, f"{key}: {tap_run.stderr[-3000:]}"
-        for stream in STREAMS:
-            assert_records_match(
-                stream, tap_run.records.get(stream, []), truth_rows(server, key, stream)
-            )
+        assert_matches_truth(tap_run, server, key, STREAMS)
     log = server.requests_log(after=seq)
     statuses = Counter(entry["status"] for entry in log)
     assert statuses[429] > 0, f"no 429 met: the test did not load the ceilings ({statuses})"

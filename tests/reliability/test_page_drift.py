@@ -9,16 +9,9 @@ from __future__ import annotations
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    OWNER_KEY,
-    assert_union_matches_truth,
-    catalog_for,
-    key_of,
-    last_seq,
-    run,
-    tap_config,
-    truth_rows,
-)
+from support.reliability import assert_union_matches_truth, catalog_for, reliability_config, run
+from support.sandbox import OWNER_KEY, last_seq
+from support.streams import key_of, truth_rows
 
 # resource inserted into -> streams to select (a child needs its parent)
 CASES: dict[str, list[str]] = {
@@ -36,9 +29,9 @@ def test_rows_inserted_while_paging_are_not_missed(
 ) -> None:
     server = fresh_sandbox
     streams = CASES[resource]
-    config = tap_config(server)
+    config = reliability_config(server)
     catalog = catalog_for(config, streams)
-    before = {stream: truth_rows(server, OWNER_KEY, stream) for stream in streams}
+    before = {stream: truth_rows(server.truth(OWNER_KEY), stream) for stream in streams}
     seq = last_seq(server)
     # 70 rows before each of the first two list requests: enough to push every list onto a
     # second page, and to shift most of a page. Only the first run meets the inserts.
@@ -47,7 +40,7 @@ def test_rows_inserted_while_paging_are_not_missed(
     first = run(config, catalog=catalog)
 
     assert first.returncode == 0, first.stderr[-3000:]
-    after = {stream: truth_rows(server, OWNER_KEY, stream) for stream in streams}
+    after = {stream: truth_rows(server.truth(OWNER_KEY), stream) for stream in streams}
     inserted = {key_of(resource, row) for row in after[resource]} - {
         key_of(resource, row) for row in before[resource]
     }

@@ -15,16 +15,16 @@ import yaml
 
 from guestdata_sandbox.accounts import LIMITED_ACCESS_KEY
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    OWNER_KEY,
+from support.reliability import (
     assert_records_match,
     by_key,
     catalog_for,
+    reliability_config,
     row_differences,
     run,
-    tap_config,
-    truth_rows,
 )
+from support.sandbox import OWNER_KEY
+from support.streams import truth_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 DROPPED = {
@@ -93,14 +93,14 @@ def test_pii_recipe_hashes_contacts_and_drops_names_before_output(
     recipe: str, key: str, sandbox: SandboxProcess
 ) -> None:
     maps = IN_TAP_STREAM_MAPS if recipe == "in-tap" else meltano_hash_pii_maps()
-    config = tap_config(sandbox, key=key, stream_maps=maps)
+    config = reliability_config(sandbox, key=key, stream_maps=maps)
     streams = ["guests", "members"]
 
     tap_run = run(config, catalog=catalog_for(config, streams))
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
     for stream in streams:
-        truth = truth_rows(sandbox, key, stream)
+        truth = truth_rows(sandbox.truth(key), stream)
         assert truth, f"no {stream} in the truth: the test proves nothing"
         assert_records_match(
             stream,
@@ -125,7 +125,7 @@ def test_anonymised_member_row_replaces_the_earlier_one_by_key(
     fresh_sandbox: SandboxProcess,
 ) -> None:
     server = fresh_sandbox
-    config = tap_config(server)
+    config = reliability_config(server)
     catalog = catalog_for(config, ["members"])
     first = run(config, catalog=catalog)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -143,7 +143,7 @@ def test_anonymised_member_row_replaces_the_earlier_one_by_key(
     # What an upserting target keeps: the last row per primary key.
     table = {key: rows[-1] for key, rows in by_key("members", first.records["members"]).items()}
     table.update(by_key_last(second.records["members"]))
-    truth = truth_rows(server, OWNER_KEY, "members")
+    truth = truth_rows(server.truth(OWNER_KEY), "members")
     assert_records_match("members", list(table.values()), truth)
     erased = next(row for row in truth if row["id"] == member["id"])
     assert not row_differences(erased, table[(member["id"],)])
@@ -161,12 +161,12 @@ def test_salted_hash_recipe_uses_a_secret_from_stream_map_config(sandbox: Sandbo
             "phone": "__NULL__",
         }
     }
-    config = tap_config(sandbox, stream_maps=maps, stream_map_config={"pii_salt": salt})
+    config = reliability_config(sandbox, stream_maps=maps, stream_map_config={"pii_salt": salt})
 
     tap_run = run(config, catalog=catalog_for(config, ["guests"]))
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    truth = {row["id"]: row for row in truth_rows(sandbox, OWNER_KEY, "guests")}
+    truth = {row["id"]: row for row in truth_rows(sandbox.truth(OWNER_KEY), "guests")}
     records = tap_run.records["guests"]
     assert len(records) == len(truth)
     for record in records:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from reliability_support import OWNER_KEY, json_body, recording_server, run
+from support.reliability import json_body, recording_server, run
+from support.sandbox import OWNER_KEY
 
 ACCOUNT = {"account_id": 1, "business_name": "Test", "plan": "growth", "venue_count": 0}
 

@@ -13,18 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from kill_resume import measure
+from support.kill_resume import KILL_POINTS, STREAM_SIZES, measure
 
-KILL_POINTS = [0.25, 0.6, 0.9]
 MAX_RATIO = 1.10
-STREAM_SIZES = {
-    "guests": "medium",
-    "member_ledger": "small",
-    "daily_stats": "small",
-    "daily_account_stats": "small",
-    "rewards": "medium",
-    "redemptions": "large",
-}
 
 
 @pytest.fixture(scope="module")

@@ -16,23 +16,19 @@ import pytest
 
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
+from support.reliability import (
     LEAK_WATCH,
-    OWNER_KEY,
     Recorded,
-    TapRun,
     assert_clean_failure,
-    assert_records_match,
+    assert_matches_truth,
     catalog_for,
     json_body,
-    last_seq,
-    parse_singer,
     recording_server,
+    reliability_config,
     run,
-    tap_config,
-    truth_rows,
 )
-from tap_process import tap_command, write_json
+from support.sandbox import OWNER_KEY, last_seq
+from support.tap_process import TapRun, parse_singer, tap_command, write_json
 
 BASE_PATH = "/api/v1/customer"
 ACCOUNT = {"account_id": 1, "business_name": "Elsewhere Ltd", "plan": "Growth", "venue_count": 1}
@@ -145,7 +141,7 @@ def test_next_links_to_another_host_are_not_followed_with_the_key() -> None:
 
 def run_with_env_config(sandbox: SandboxProcess, streams: list[str], **env: str) -> TapRun:
     """The tap with `--config ENV`: settings from TAP_GUESTDATA_* variables only."""
-    catalog = catalog_for(tap_config(sandbox), streams)
+    catalog = catalog_for(reliability_config(sandbox), streams)
     variables = {
         **os.environ,
         "TAP_GUESTDATA_BASE_URL": sandbox.base_url,
@@ -175,9 +171,7 @@ def test_key_from_the_environment_is_used_and_never_printed(sandbox: SandboxProc
     tap_run = run_with_env_config(sandbox, ["account"], TAP_GUESTDATA_API_KEY=key)
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    assert_records_match(
-        "account", tap_run.records.get("account", []), truth_rows(sandbox, key, "account")
-    )
+    assert_matches_truth(tap_run, sandbox, key, ["account"])
     assert {entry["key"] for entry in sandbox.requests_log(after=seq)} == {key}
 
 
@@ -192,30 +186,26 @@ def test_key_pool_from_the_environment_as_a_json_list(sandbox: SandboxProcess) -
     )
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    assert_records_match(
-        "guests", tap_run.records.get("guests", []), truth_rows(sandbox, keys[0], "guests")
-    )
+    assert_matches_truth(tap_run, sandbox, keys[0], ["guests"])
     assert {entry["key"] for entry in sandbox.requests_log(after=seq)} == set(keys)
 
 
 def test_key_pool_spreads_requests_and_prints_no_key(sandbox: SandboxProcess) -> None:
     keys = OWNER_KEYS[3:5]
     seq = last_seq(sandbox)
-    config = tap_config(sandbox)
+    config = reliability_config(sandbox)
     config.pop("api_key")
     config["api_keys"] = keys
 
-    tap_run = run(config, catalog=catalog_for(tap_config(sandbox), ["venues", "guests"]))
+    tap_run = run(config, catalog=catalog_for(reliability_config(sandbox), ["venues", "guests"]))
 
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]
-    assert_records_match(
-        "guests", tap_run.records.get("guests", []), truth_rows(sandbox, keys[0], "guests")
-    )
+    assert_matches_truth(tap_run, sandbox, keys[0], ["guests"])
     assert {entry["key"] for entry in sandbox.requests_log(after=seq)} == set(keys)
 
 
 def test_catalog_and_state_hold_no_secret_settings(sandbox: SandboxProcess) -> None:
-    config = tap_config(sandbox)
+    config = reliability_config(sandbox)
     catalog = catalog_for(config, ["account", "guests"])
     tap_run = run(config, catalog=catalog)
     assert tap_run.returncode == 0, tap_run.stderr[-3000:]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from sandbox_helpers import OWNER, Get, client
 
 from guestdata_sandbox.testing import SandboxProcess
+from support.sandbox_api import OWNER, Get, client
 
 
 @pytest.fixture(scope="session")

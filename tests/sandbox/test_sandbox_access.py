@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from sandbox_helpers import Get
 
 from guestdata_sandbox.accounts import KEYS, OWNER_KEYS
+from support.sandbox_api import Get
 
 CORE = ["/me", "/venues", "/guests", "/stats"]
 REWARDS = ["/rewards/programme", "/rewards/rewards", "/rewards/redemptions", "/rewards/offers"]

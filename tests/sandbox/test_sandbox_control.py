@@ -8,10 +8,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import requests
-from sandbox_helpers import OWNER, client, read_all
 
 from guestdata_sandbox.control import is_loopback
 from guestdata_sandbox.testing import SandboxError, SandboxProcess
+from support.sandbox_api import OWNER, client, read_all
 
 LONDON = ZoneInfo("Europe/London")
 DOCUMENTED = [

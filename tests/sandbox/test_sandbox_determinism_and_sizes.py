@@ -6,11 +6,11 @@ import datetime as dt
 import time
 
 import pytest
-from sandbox_helpers import OWNER
 
 from guestdata_sandbox.generate import generate
 from guestdata_sandbox.selfbench import pages_per_second
 from guestdata_sandbox.testing import SandboxProcess
+from support.sandbox_api import OWNER
 
 PAST_ANCHOR = "2026-06-30"  # a past anchor: no row depends on the start time
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from sandbox_helpers import Get, field_problems, read_all
+
+from support.sandbox_api import Get, field_problems, read_all
 
 LISTS = {
     "/guests": "guest",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from sandbox_helpers import Get, read_all
+
+from support.sandbox_api import Get, read_all
 
 TIME_FIELD = {
     "/guests": "visited_at",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from sandbox_helpers import Get, read_all
+from support.sandbox_api import Get, client, read_all
 
 ASTERISKS = re.compile(r"\*")
 
@@ -212,7 +212,6 @@ def test_members_rewards_available_counts_usable_rewards(truth: dict) -> None:
 
 def test_updated_since_uses_the_internal_updated_at(fresh_sandbox) -> None:
     """spec 4.2: members changed on or after it; the record has no such field."""
-    from sandbox_helpers import client
 
     get = client(fresh_sandbox)
     members = fresh_sandbox.truth("gd_owner_growth_1", resource="members")

@@ -9,10 +9,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sandbox_helpers import Get, client
 
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
+from support.sandbox_api import Get, client
 
 
 @pytest.fixture()

@@ -6,7 +6,8 @@ import datetime as dt
 from zoneinfo import ZoneInfo
 
 import pytest
-from sandbox_helpers import Get, read_all
+
+from support.sandbox_api import Get, client, read_all
 
 LONDON = ZoneInfo("Europe/London")
 
@@ -33,7 +34,6 @@ def test_bare_date_as_since_and_until_is_the_whole_london_day(get: Get, truth: d
 
 def test_bst_london_day_edges_are_exact(fresh_sandbox) -> None:
     """A BST date: the London day starts at 23:00 UTC the day before (spec 4.4.2)."""
-    from sandbox_helpers import client
 
     get = client(fresh_sandbox)
     truth = fresh_sandbox.truth("gd_owner_growth_1")

@@ -16,16 +16,13 @@ on the same databases.
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import demo_pipeline
-from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from snowflake_pipeline import (
+from support.snowflake_pipeline import (
     LOADER,
     PLUGINS,
     PROJECT_ROOT,
@@ -35,10 +32,6 @@ from snowflake_pipeline import (
 )
 
 pytestmark = pytest.mark.snowflake
-# The PostgreSQL suite's snapshot helpers (changed_keys) serve this suite too.
-sys.path.insert(0, str(PROJECT_ROOT / "tests" / "e2e"))
-# The dbt suite's run-results reader and mart names serve the dbt-snowflake tests.
-sys.path.insert(0, str(PROJECT_ROOT / "tests" / "transform"))
 
 
 @pytest.fixture(scope="session")
@@ -53,15 +46,8 @@ def fakesnow_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def snowflake_sandbox() -> Iterator[SandboxProcess]:
-    """The module's own sandbox: its tests may mutate it, in order."""
-    with SandboxProcess(size="small", seed=11, limits=False) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def snowflake_pipeline(
-    fakesnow_venv: Path, snowflake_sandbox: SandboxProcess, tmp_path_factory: pytest.TempPathFactory
+    fakesnow_venv: Path, module_sandbox: SandboxProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> SnowflakePipeline:
     scratch = tmp_path_factory.mktemp("snowflake")
     env = {
@@ -72,7 +58,7 @@ def snowflake_pipeline(
     }
     env.update(
         {
-            "TAP_GUESTDATA_BASE_URL": snowflake_sandbox.base_url,
+            "TAP_GUESTDATA_BASE_URL": module_sandbox.base_url,
             "TAP_GUESTDATA_REQUESTS_PER_MINUTE": "100000",  # the sandbox's limits are off
             "TARGET_SNOWFLAKE__FAKESNOW_FAKESNOW_DB_PATH": str(scratch / "databases"),
             STATEMENT_LOG: str(scratch / "statements.jsonl"),
@@ -87,9 +73,3 @@ def snowflake_pipeline(
         warehouse=FakesnowWarehouse(db_path=scratch / "databases", venv=fakesnow_venv),
         statement_log=scratch / "statements.jsonl",
     )
-
-
-@pytest.fixture(scope="module")
-def snowflake_truth(snowflake_sandbox: SandboxProcess):
-    """Ground truth now, for the owner's key (call it again after mutations)."""
-    return lambda: snowflake_sandbox.truth(OWNER_KEYS[0])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import demo_pipeline
-from dbt_support import (
+from support.dbt import (
     MARTS,
     MODEL_COUNT,
     OFFER_FUNNEL,
@@ -31,7 +31,7 @@ from dbt_support import (
     expected_rewards,
     expected_venue_daily,
 )
-from snowflake_pipeline import SnowflakePipeline
+from support.snowflake_pipeline import SnowflakePipeline
 
 pytestmark = pytest.mark.snowflake
 
@@ -120,9 +120,9 @@ def test_every_dispatched_macro_compiles_to_its_snowflake_form(
 
 
 def test_fct_venue_daily_equals_the_ground_truth_per_venue_and_london_day(
-    built: SnowflakePipeline, snowflake_truth: Callable[[], dict[str, Any]]
+    built: SnowflakePipeline, module_truth: Callable[[], dict[str, Any]]
 ) -> None:
-    truth = snowflake_truth()
+    truth = module_truth()
     expected = expected_venue_daily(truth)
     built_rows = rows(
         built,
@@ -142,9 +142,9 @@ def test_fct_venue_daily_equals_the_ground_truth_per_venue_and_london_day(
 
 
 def test_marketing_audience_holds_exactly_the_people_the_truth_allows(
-    built: SnowflakePipeline, snowflake_truth: Callable[[], dict[str, Any]]
+    built: SnowflakePipeline, module_truth: Callable[[], dict[str, Any]]
 ) -> None:
-    expected = expected_audience(snowflake_truth())
+    expected = expected_audience(module_truth())
     allowed, visits = expected.allowed, expected.visits
     audience = rows(
         built, f"SELECT contact_key, visits, venue_ids FROM {MODELS}.marketing_audience"
@@ -159,9 +159,9 @@ def test_marketing_audience_holds_exactly_the_people_the_truth_allows(
 
 
 def test_members_rewards_and_offers_equal_the_ground_truth(
-    built: SnowflakePipeline, snowflake_truth: Callable[[], dict[str, Any]]
+    built: SnowflakePipeline, module_truth: Callable[[], dict[str, Any]]
 ) -> None:
-    truth = snowflake_truth()
+    truth = module_truth()
     members = rows(
         built,
         "SELECT member_id, member_status, tier_key, points_balance, ledger_points_sum, "
@@ -195,9 +195,9 @@ def test_members_rewards_and_offers_equal_the_ground_truth(
 
 
 def test_json_array_and_interval_helpers_give_the_truths_values(
-    built: SnowflakePipeline, snowflake_truth: Callable[[], dict[str, Any]]
+    built: SnowflakePipeline, module_truth: Callable[[], dict[str, Any]]
 ) -> None:
-    truth = snowflake_truth()
+    truth = module_truth()
     programme = truth["programme"]
     (staged,) = rows(
         built,

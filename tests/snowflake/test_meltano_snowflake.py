@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 import demo_pipeline
-from demo_pipeline import STREAM_KEYS, key_of
-from snowflake_pipeline import SCHEMA, SnowflakePipeline
-from test_meltano_postgres import changed_keys
+from support.snowflake_pipeline import SCHEMA, SnowflakePipeline
+from support.streams import STREAM_KEYS, changed_keys, keyed_tables, truth_rows
 
 pytestmark = pytest.mark.snowflake
 
@@ -78,8 +77,8 @@ def check_against_truth(
     """Every table: row count, primary keys, duplicates and every field's value."""
     loaded = pipeline.warehouse.tables(list(STREAM_KEYS))
     checks = [
-        demo_pipeline.compare_stream(stream, loaded[stream], expected)
-        for stream, expected in demo_pipeline.truth_tables(truth).items()
+        demo_pipeline.compare_stream(stream, loaded[stream], truth_rows(truth, stream))
+        for stream in STREAM_KEYS
     ]
     failing = [check for check in checks if not check.matches]
     assert not failing, "\n" + demo_pipeline.report(checks)
@@ -88,15 +87,7 @@ def check_against_truth(
 
 def business_rows(pipeline: SnowflakePipeline) -> dict[str, dict[tuple, dict]]:
     """Every table keyed by primary key, without the target's _sdc_* columns."""
-    return {
-        stream: {
-            key_of(row, STREAM_KEYS[stream]): {
-                name: value for name, value in row.items() if not name.startswith("_sdc_")
-            }
-            for row in rows
-        }
-        for stream, rows in pipeline.warehouse.tables(list(STREAM_KEYS)).items()
-    }
+    return keyed_tables(pipeline.warehouse.tables(list(STREAM_KEYS)))
 
 
 def statement_kind(statement: str) -> str:
@@ -110,10 +101,10 @@ def statement_kind(statement: str) -> str:
 
 
 def test_full_run_loads_every_table_equal_to_ground_truth(
-    snowflake_pipeline: SnowflakePipeline, snowflake_truth: Callable[[], dict]
+    snowflake_pipeline: SnowflakePipeline, module_truth: Callable[[], dict]
 ) -> None:
     snowflake_pipeline.run()
-    checks = check_against_truth(snowflake_pipeline, snowflake_truth())
+    checks = check_against_truth(snowflake_pipeline, module_truth())
     empty = [check.stream for check in checks if check.rows_in_truth == 0]
     assert not empty, f"the sandbox should have rows for every stream, not for {empty}"
     print("\n" + demo_pipeline.report(checks))
@@ -149,7 +140,7 @@ def test_every_column_has_the_snowflake_type_of_its_json_schema(
 
 
 def test_mirror_columns_are_fixed_and_reserved_words_resolve(
-    snowflake_pipeline: SnowflakePipeline, snowflake_truth: Callable[[], dict]
+    snowflake_pipeline: SnowflakePipeline, module_truth: Callable[[], dict]
 ) -> None:
     column_types = snowflake_pipeline.warehouse.column_types()
     mirror = {column: kind for (table, column), kind in column_types.items() if "MIRROR" in column}
@@ -171,7 +162,7 @@ def test_mirror_columns_are_fixed_and_reserved_words_resolve(
     ]
     assert not unquoted, f"reserved words written bare: {unquoted}"
 
-    truth = snowflake_truth()
+    truth = module_truth()
     results = snowflake_pipeline.warehouse.query(
         f'SELECT "DATE", date FROM {SCHEMA}.DAILY_ACCOUNT_STATS ORDER BY "DATE"',
         f'SELECT "KEY" FROM {SCHEMA}.TIERS ORDER BY "KEY"',
@@ -207,7 +198,7 @@ def test_the_target_staged_and_merged_every_stream_with_its_own_sql(
 
 
 def test_second_run_without_changes_changes_no_row(
-    snowflake_pipeline: SnowflakePipeline, snowflake_truth: Callable[[], dict]
+    snowflake_pipeline: SnowflakePipeline, module_truth: Callable[[], dict]
 ) -> None:
     before = business_rows(snowflake_pipeline)
     merges_before = sum(statement_kind(s) == "MERGE" for s in snowflake_pipeline.statements())
@@ -216,22 +207,22 @@ def test_second_run_without_changes_changes_no_row(
     assert merges > merges_before  # the rerun did load (upsert) rows again
     after = business_rows(snowflake_pipeline)
     assert changed_keys(before, after) == {}
-    check_against_truth(snowflake_pipeline, snowflake_truth())
+    check_against_truth(snowflake_pipeline, module_truth())
 
 
 def test_mutations_update_exactly_the_changed_rows_on_the_next_run(
-    snowflake_pipeline: SnowflakePipeline, snowflake_truth: Callable[[], dict], snowflake_sandbox
+    snowflake_pipeline: SnowflakePipeline, module_truth: Callable[[], dict], module_sandbox
 ) -> None:
-    truth_before = snowflake_truth()
+    truth_before = module_truth()
     loaded_before = business_rows(snowflake_pipeline)
     completed = [r for r in truth_before["redemptions"] if r["status"] == "completed"]
     voided = max(completed, key=lambda r: r["created_at"])
-    new_guests = snowflake_sandbox.mutate("add_guests", count=3)["ids"]
-    snowflake_sandbox.mutate("void_redemption", redemption_id=voided["id"])
+    new_guests = module_sandbox.mutate("add_guests", count=3)["ids"]
+    module_sandbox.mutate("void_redemption", redemption_id=voided["id"])
 
     snowflake_pipeline.run()
 
     changes = changed_keys(loaded_before, business_rows(snowflake_pipeline))
     assert changes["guests"] == {(guest_id,) for guest_id in new_guests}  # MERGE inserted
     assert (voided["id"],) in changes["redemptions"]  # MERGE updated a matched row
-    check_against_truth(snowflake_pipeline, snowflake_truth())
+    check_against_truth(snowflake_pipeline, module_truth())

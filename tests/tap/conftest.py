@@ -10,22 +10,17 @@ from typing import Any
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from json_values import parse_instant
-from tap_support import (
-    OWNER_KEY,
-    IncrementalScenario,
-    Sync,
-    config_for,
-    discover,
-    sync,
-)
+from support.json_values import parse_instant
+from support.sandbox import OWNER_KEY, tap_config
+from support.tap_process import discover
+from support.tap_suite import IncrementalScenario, Sync, sync
 
 INCREMENTAL_SEED = 11
 
 
 @pytest.fixture(scope="session")
 def owner_catalog(sandbox: SandboxProcess) -> dict:
-    return discover(config_for(sandbox))
+    return discover(tap_config(sandbox))
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +30,7 @@ def full_sync_for(sandbox: SandboxProcess) -> Callable[[str], Sync]:
 
     def get(key: str) -> Sync:
         if key not in done:
-            done[key] = sync(sandbox, config_for(sandbox, key))
+            done[key] = sync(sandbox, tap_config(sandbox, key))
         return done[key]
 
     return get
@@ -67,7 +62,7 @@ def _pick(rows: list[dict], test: Callable[[dict], bool], what: str) -> dict:
 @pytest.fixture(scope="session")
 def incremental_scenario() -> Iterator[IncrementalScenario]:
     with SandboxProcess(size="small", seed=INCREMENTAL_SEED, limits=False) as server:
-        config = config_for(server)
+        config = tap_config(server)
         now = dt.datetime.now(dt.timezone.utc)
         before = server.truth(OWNER_KEY)
         changed: dict[str, Any] = {}

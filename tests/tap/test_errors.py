@@ -10,21 +10,18 @@ from collections.abc import Callable
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from tap_process import select_streams
-from tap_support import (
-    CORE_STREAMS,
-    MEMBER_STREAMS,
+from support.sandbox import tap_config
+from support.streams import CORE_STREAMS, MEMBER_STREAMS, REWARDS_STREAMS, truth_rows
+from support.tap_process import discover, select_streams
+from support.tap_suite import (
     PATH_GROUPS,
-    REWARDS_STREAMS,
     Sync,
-    config_for,
-    discover,
+    assert_synced_as_truth,
     requests_for,
     stream_problems,
     summaries,
     sync,
     timestamp,
-    truth_rows,
 )
 
 WARNING_LINE = re.compile(r"\bWARNING\b")
@@ -49,7 +46,7 @@ def no_path_requested_twice(result: Sync) -> None:
 def test_revoked_key_fails_the_run_saying_what_to_do_without_printing_the_key(
     sandbox: SandboxProcess,
 ) -> None:
-    result = sync(sandbox, config_for(sandbox, "gd_revoked"), truth_key="gd_owner_growth_1")
+    result = sync(sandbox, tap_config(sandbox, "gd_revoked"), truth_key="gd_owner_growth_1")
     assert result.run.returncode != 0
     stderr = result.run.stderr
     assert "401" in stderr or "unauthenticated" in stderr
@@ -63,7 +60,7 @@ def test_revoked_key_fails_the_run_saying_what_to_do_without_printing_the_key(
 
 def test_session_token_fails_with_customer_api_key_required(sandbox: SandboxProcess) -> None:
     token = "session_not_an_api_key"
-    result = sync(sandbox, config_for(sandbox, token), truth_key="gd_owner_growth_1")
+    result = sync(sandbox, tap_config(sandbox, token), truth_key="gd_owner_growth_1")
     assert result.run.returncode != 0
     assert "customer_api_key_required" in result.run.stderr
     assert token not in result.run.stderr and token not in result.run.stdout
@@ -71,7 +68,7 @@ def test_session_token_fails_with_customer_api_key_required(sandbox: SandboxProc
 
 
 def test_plan_without_api_fails_naming_the_required_plan(sandbox: SandboxProcess) -> None:
-    result = sync(sandbox, config_for(sandbox, "gd_essentials"), truth_key="gd_owner_growth_1")
+    result = sync(sandbox, tap_config(sandbox, "gd_essentials"), truth_key="gd_owner_growth_1")
     assert result.run.returncode != 0
     assert "plan_upgrade_required" in result.run.stderr or "plan" in result.run.stderr.lower()
     assert "Growth" in result.run.stderr, result.run.stderr[-2000:]
@@ -127,7 +124,7 @@ def test_forbidden_streams_fail_the_run_when_on_forbidden_is_fail(
 ) -> None:
     skipped, word = FORBIDDEN[key]
     catalog = select_streams(owner_catalog, ["account", *skipped])
-    result = sync(sandbox, config_for(sandbox, key, on_forbidden="fail"), catalog=catalog)
+    result = sync(sandbox, tap_config(sandbox, key, on_forbidden="fail"), catalog=catalog)
     assert result.run.returncode != 0
     assert word.lower() in result.run.stderr.lower(), result.run.stderr[-3000:]
 
@@ -146,7 +143,7 @@ def test_422_fails_the_run_showing_the_errors_object(
     state = {
         "bookmarks": {"guests": {"replication_key": "visited_at", "replication_key_value": future}}
     }
-    result = sync(sandbox, config_for(sandbox), state=state, catalog=catalog)
+    result = sync(sandbox, tap_config(sandbox), state=state, catalog=catalog)
     assert [entry["status"] for entry in result.log] == [422], "a 422 is not worth retrying"
     assert result.run.returncode != 0
     stderr = result.run.stderr
@@ -158,7 +155,7 @@ def test_future_start_date_is_rejected_before_any_request(
     sandbox: SandboxProcess, owner_catalog: dict
 ) -> None:
     catalog = select_streams(owner_catalog, ["rewards"])
-    config = config_for(sandbox, start_date="2999-01-01T00:00:00+00:00")
+    config = tap_config(sandbox, start_date="2999-01-01T00:00:00+00:00")
     result = sync(sandbox, config, catalog=catalog)
     assert result.run.returncode != 0
     assert result.log == []
@@ -169,19 +166,15 @@ def test_future_start_date_is_rejected_before_any_request(
 
 
 def venues_catalog(server: SandboxProcess) -> dict:
-    return select_streams(discover(config_for(server)), ["venues"])
+    return select_streams(discover(tap_config(server)), ["venues"])
 
 
 def test_429_waits_retry_after_then_succeeds(fresh_sandbox: SandboxProcess) -> None:
     server = fresh_sandbox
     catalog = venues_catalog(server)
     server.fault("rate_limit", 2, path="/venues", retry_after=2)
-    result = sync(server, config_for(server), catalog=catalog)
-    assert result.run.returncode == 0, result.run.stderr[-3000:]
-    problems = stream_problems(
-        "venues", result.records("venues"), truth_rows(result.truth, "venues")
-    )
-    assert not problems, problems
+    result = sync(server, tap_config(server), catalog=catalog)
+    assert_synced_as_truth(result, "venues")
     entries = requests_for(result.log, PATH_GROUPS[("venues",)])
     assert [entry["status"] for entry in entries] == [429, 429, 200]
     times = [timestamp(entry["time"]) for entry in entries]
@@ -198,14 +191,10 @@ def test_transient_failure_is_retried_then_succeeds(
     fresh_sandbox: SandboxProcess, kind: str
 ) -> None:
     server = fresh_sandbox
-    catalog = select_streams(discover(config_for(server)), ["offers"])
+    catalog = select_streams(discover(tap_config(server)), ["offers"])
     server.fault(kind, 2, path="/rewards/offers")
-    result = sync(server, config_for(server), catalog=catalog)
-    assert result.run.returncode == 0, result.run.stderr[-3000:]
-    problems = stream_problems(
-        "offers", result.records("offers"), truth_rows(result.truth, "offers")
-    )
-    assert not problems, problems
+    result = sync(server, tap_config(server), catalog=catalog)
+    assert_synced_as_truth(result, "offers")
     entries = requests_for(result.log, PATH_GROUPS[("offers",)])
     expected_status = {"server_error": 500, "bad_gateway_html": 502, "drop": 0, "truncated": 200}
     assert [entry["status"] for entry in entries[:2]] == [expected_status[kind]] * 2
@@ -218,11 +207,8 @@ def test_slow_answer_times_out_and_is_retried(fresh_sandbox: SandboxProcess) -> 
     server = fresh_sandbox
     catalog = venues_catalog(server)
     server.fault("slow", 1, path="/venues", seconds=6)
-    result = sync(server, config_for(server, request_timeout_seconds=1), catalog=catalog)
-    assert result.run.returncode == 0, result.run.stderr[-3000:]
-    assert not stream_problems(
-        "venues", result.records("venues"), truth_rows(result.truth, "venues")
-    )
+    result = sync(server, tap_config(server, request_timeout_seconds=1), catalog=catalog)
+    assert_synced_as_truth(result, "venues")
     assert len(requests_for(result.log, PATH_GROUPS[("venues",)])) >= 1
     assert result.finished - result.started < 6 + 5, "waited for the slow answer"
     (summary,) = summaries(result.run)["venues"]
@@ -233,7 +219,7 @@ def test_persistent_5xx_fails_after_max_retries(fresh_sandbox: SandboxProcess) -
     server = fresh_sandbox
     catalog = venues_catalog(server)
     server.fault("server_error", 50, path="/venues")
-    result = sync(server, config_for(server, max_retries=2), catalog=catalog)
+    result = sync(server, tap_config(server, max_retries=2), catalog=catalog)
     assert result.run.returncode != 0
     entries = requests_for(result.log, PATH_GROUPS[("venues",)])
     assert [entry["status"] for entry in entries] == [500] * 3, "1 try + max_retries=2 retries"
@@ -260,8 +246,8 @@ def test_child_of_a_vanished_parent_is_skipped_with_a_warning(
         if any(line[parent_key] == row["id"] for line in server.truth("gd_owner_growth_1")[child])
     )
     server.fault("not_found", 1, path=child_path.format(id=gone))
-    catalog = select_streams(discover(config_for(server)), [parent, child])
-    result = sync(server, config_for(server), catalog=catalog)
+    catalog = select_streams(discover(tap_config(server)), [parent, child])
+    result = sync(server, tap_config(server), catalog=catalog)
 
     assert result.run.returncode == 0, result.run.stderr[-3000:]
     warnings = [line for line in result.run.stderr.splitlines() if WARNING_LINE.search(line)]

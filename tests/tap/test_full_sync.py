@@ -8,16 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from tap_support import (
-    ALL_STREAMS,
+from support.streams import ALL_STREAMS, STREAM_KEYS, truth_rows
+from support.tap_suite import (
     PAGED_LIST_PATH,
-    STREAM_KEYS,
     Sync,
     duplicate_keys,
     param,
     schema_errors,
     stream_problems,
-    truth_rows,
 )
 
 MASKED_KEYS = ("gd_limited_access", "gd_team_some_venues")

@@ -8,22 +8,20 @@ import json
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from json_values import parse_instant
-from tap_process import select_streams
-from tap_support import (
-    ALL_STREAMS,
+from support.json_values import parse_instant
+from support.sandbox import tap_config
+from support.streams import ALL_STREAMS, truth_rows
+from support.tap_process import discover, select_streams
+from support.tap_suite import (
     LEDGER_PATH,
     PATH_GROUPS,
     IncrementalScenario,
-    config_for,
-    discover,
     duplicate_keys,
     london_date,
     param,
     requests_for,
     stream_problems,
     sync,
-    truth_rows,
     upsert,
 )
 
@@ -266,14 +264,14 @@ def test_ledger_selected_after_members_only_runs_reads_every_members_ledger(
 ) -> None:
     """A members bookmark from runs without the ledger must not hide the unchanged members'
     ledgers when member_ledger is selected later: its first run reads every member."""
-    catalog = discover(config_for(sandbox))
-    members_only = sync(sandbox, config_for(sandbox), catalog=select_streams(catalog, ["members"]))
+    catalog = discover(tap_config(sandbox))
+    members_only = sync(sandbox, tap_config(sandbox), catalog=select_streams(catalog, ["members"]))
     assert members_only.run.returncode == 0, members_only.run.stderr[-3000:]
     assert "updated_since" in json.dumps(members_only.run.final_state)  # guards the setup
 
     with_ledger = sync(
         sandbox,
-        config_for(sandbox),
+        tap_config(sandbox),
         catalog=select_streams(catalog, ["members", "member_ledger"]),
         state=members_only.run.final_state,
     )

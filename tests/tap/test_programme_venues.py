@@ -10,16 +10,10 @@ import pytest
 import requests
 
 from guestdata_sandbox.testing import SandboxProcess
-from tap_process import select_streams
-from tap_support import (
-    OWNER_KEY,
-    Sync,
-    config_for,
-    discover,
-    stream_problems,
-    sync,
-    truth_rows,
-)
+from support.sandbox import OWNER_KEY, tap_config
+from support.streams import truth_rows
+from support.tap_process import discover, select_streams
+from support.tap_suite import Sync, stream_problems, sync
 
 OTHER_ACCOUNT_KEYS = ("gd_limited_access",)  # account 1005, with a programme of its own
 
@@ -49,7 +43,7 @@ def two_partners(sandbox: SandboxProcess, owner_catalog: dict) -> Iterator[list[
         sources.append(other)
         results = []
         for server, key in sources:
-            result = sync(server, config_for(server, key), catalog=catalog)
+            result = sync(server, tap_config(server, key), catalog=catalog)
             assert result.run.returncode == 0, result.run.stderr[-3000:]
             results.append(result)
         yield results
@@ -107,8 +101,8 @@ def test_no_programme_yet_gives_no_rows_and_a_clean_run(fresh_sandbox: SandboxPr
     ).json()
     assert programme_answer["data"] is None  # guards the test's own setup
     streams = ["programme", "programme_venues", "tiers"]
-    catalog = select_streams(discover(config_for(server)), [*streams, "offers"])
-    result = sync(server, config_for(server), catalog=catalog)
+    catalog = select_streams(discover(tap_config(server)), [*streams, "offers"])
+    result = sync(server, tap_config(server), catalog=catalog)
 
     assert result.run.returncode == 0, result.run.stderr[-3000:]
     for stream in streams:

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from tap_process import select_streams
-from tap_support import Sync, config_for, discover, sync
+from support.sandbox import tap_config
+from support.tap_process import discover, select_streams
+from support.tap_suite import Sync, sync
 
 PLAN = re.compile(r"Plan: (?P<stream>\w+): about (?P<requests>\d+) requests \((?P<source>.*?)\)")
 PLAN_TOTAL = re.compile(r"Plan: (?P<requests>\d+) requests in all, about (?P<time>\S+) at ")
@@ -30,7 +31,7 @@ def medium_sandbox() -> Iterator[SandboxProcess]:
 
 
 def member_walk(server: SandboxProcess, **settings: object) -> Sync:
-    config = config_for(server, **settings)
+    config = tap_config(server, **settings)
     catalog = select_streams(discover(config), ["members", "member_ledger"])
     result = sync(server, config, catalog=catalog)
     assert result.run.returncode == 0, result.run.stderr[-3000:]

@@ -6,18 +6,10 @@ from collections import Counter
 
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from tap_process import select_streams
-from tap_support import (
-    MEMBER_STREAMS,
-    Sync,
-    config_for,
-    discover,
-    max_in_window,
-    stream_problems,
-    sync,
-    timestamp,
-    truth_rows,
-)
+from support.sandbox import tap_config
+from support.streams import MEMBER_STREAMS, truth_rows
+from support.tap_process import discover, select_streams
+from support.tap_suite import Sync, max_in_window, stream_problems, sync, timestamp
 
 TIME_SCALE = 0.05  # the sandbox's minute lasts 3 s
 WINDOW_SECONDS = 60 * TIME_SCALE
@@ -26,9 +18,9 @@ PER_ADDRESS = 600  # spec 8
 
 
 def limited_sync(server: SandboxProcess, **keys: object) -> Sync:
-    catalog = select_streams(discover(config_for(server)), MEMBER_STREAMS)
+    catalog = select_streams(discover(tap_config(server)), MEMBER_STREAMS)
     server.limits(True, TIME_SCALE)
-    config = config_for(
+    config = tap_config(
         server, requests_per_minute=PER_KEY, rate_limit_window_seconds=int(WINDOW_SECONDS)
     )
     config.update(keys)

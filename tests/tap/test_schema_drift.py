@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from tap_process import TapRun, run_tap, select_streams
-from tap_support import Sync, config_for, discover, sync
+from support.sandbox import tap_config
+from support.tap_process import TapRun, discover, run_tap, select_streams
+from support.tap_suite import Sync, sync
 
 FIELD = "loyalty_segment"
 GUEST_VALUES = [None, None, "gold", "silver"]  # by guest id: some rows' first values are null
@@ -33,7 +34,7 @@ def failure_lines(run: TapRun) -> list[str]:
 
 
 def drift_sync(server: SandboxProcess, streams: list[str], **settings: Any) -> Sync:
-    config = config_for(server, **settings)
+    config = tap_config(server, **settings)
     return sync(server, config, catalog=select_streams(discover(config), streams))
 
 
@@ -158,7 +159,7 @@ def test_a_deselected_field_of_another_type_does_not_stop_the_run(
     """The way out the failure line names: deselect the field, the rest syncs."""
     server = fresh_sandbox
     server.mutate("add_field", path="/guests", field="venue_id", value="V12")
-    config = config_for(server)
+    config = tap_config(server)
     catalog = select_streams(discover(config), ["guests"])
     entry = next(entry for entry in catalog["streams"] if entry["tap_stream_id"] == "guests")
     for metadata in entry["metadata"]:
@@ -201,6 +202,6 @@ def test_an_unselected_parent_is_not_watched(fresh_sandbox: SandboxProcess) -> N
 
 
 def test_schema_drift_setting_refuses_unknown_modes(fresh_sandbox: SandboxProcess) -> None:
-    run = run_tap(config_for(fresh_sandbox, schema_drift="ignore"))
+    run = run_tap(tap_config(fresh_sandbox, schema_drift="ignore"))
     assert run.returncode != 0
     assert "schema_drift" in run.stderr

@@ -12,8 +12,8 @@ import pytest
 from singer_sdk.testing import SuiteConfig, get_tap_test_class
 
 from guestdata_sandbox.testing import SandboxProcess
+from support.sandbox import FAST, OWNER_KEY
 from tap_guestdata.tap import TapGuestData
-from tap_support import FAST, OWNER_KEY
 
 # Replaced by the session sandbox's URL before the first sync; discovery works offline.
 CONFIG: dict = {

@@ -6,18 +6,9 @@ import datetime as dt
 from typing import Any
 
 from guestdata_sandbox.testing import SandboxProcess
-from tap_process import select_streams
-from tap_support import (
-    LONDON,
-    PATH_GROUPS,
-    Sync,
-    config_for,
-    discover,
-    param,
-    requests_for,
-    stream_problems,
-    sync,
-)
+from support.sandbox import tap_config
+from support.tap_process import discover, select_streams
+from support.tap_suite import LONDON, PATH_GROUPS, Sync, param, requests_for, stream_problems, sync
 
 STATS_STREAMS = ["daily_stats", "daily_account_stats"]
 STATS_PATH = PATH_GROUPS[("daily_stats", "daily_account_stats")]
@@ -28,7 +19,7 @@ def london_today() -> dt.date:
 
 
 def stats_sync(server: SandboxProcess, state: dict | None = None, **settings: Any) -> Sync:
-    config = config_for(server, **settings)
+    config = tap_config(server, **settings)
     catalog = select_streams(discover(config), STATS_STREAMS)
     result = sync(server, config, catalog=catalog, state=state)
     assert result.run.returncode == 0, result.run.stderr[-3000:]

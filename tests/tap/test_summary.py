@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tap_support import ALL_STREAMS, PATH_GROUPS, Sync, param, requests_for, summaries
+from support.streams import ALL_STREAMS
+from support.tap_suite import PATH_GROUPS, Sync, param, requests_for, summaries
 
 
 def test_one_summary_line_per_stream(owner_full_sync: Sync) -> None:

@@ -10,17 +10,16 @@ from dataclasses import dataclass
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from json_values import parse_instant
-from tap_process import select_streams
-from tap_support import (
+from support.json_values import parse_instant
+from support.sandbox import OWNER_KEY, tap_config
+from support.streams import truth_rows
+from support.tap_process import discover, select_streams
+from support.tap_suite import (
     DATE,
     LONDON,
-    OWNER_KEY,
     PATH_GROUPS,
     IncrementalScenario,
     Sync,
-    config_for,
-    discover,
     duplicate_keys,
     london_date,
     param,
@@ -29,7 +28,6 @@ from tap_support import (
     stream_problems,
     sync,
     timestamp,
-    truth_rows,
 )
 
 WINDOW_PARAMS = ("since", "until", "updated_since")
@@ -82,7 +80,7 @@ def paging_race() -> Iterator[PagingRace]:
     """A sync while the sandbox inserts new newest rows before each list request."""
     resources = ("guests", "members", "member_ledger", "rewards", "redemptions")
     with SandboxProcess(size="small", seed=11, limits=False) as server:
-        config = config_for(server)
+        config = tap_config(server)
         catalog = select_streams(
             discover(config), ["guests", "members", "member_ledger", "rewards", "redemptions"]
         )
@@ -182,7 +180,7 @@ def _start_instant(earliest: dt.date) -> dt.datetime:
 def start_instant_sync(sandbox: SandboxProcess, owner_catalog: dict) -> tuple[Sync, dt.datetime]:
     venues = truth_rows(sandbox.truth(OWNER_KEY), "venues")
     start = _start_instant(min(london_date(parse_instant(row["created_at"])) for row in venues))
-    config = config_for(sandbox, start_date=start.isoformat())
+    config = tap_config(sandbox, start_date=start.isoformat())
     catalog = select_streams(
         owner_catalog, ["guests", "daily_stats", "daily_account_stats", "rewards"]
     )
@@ -220,13 +218,8 @@ def test_start_date_instant_is_read_as_its_london_day_for_guests_and_stats(
     assert not problems, "\n".join(problems)
 
 
-def test_start_date_instant_is_the_exact_since_of_instant_windows(
-    start_instant_sync: tuple[Sync, dt.datetime],
-) -> None:
-    result, start = start_instant_sync
-    entries = requests_for(result.log, PATH_GROUPS[("rewards",)])
-    assert entries
-    assert {parse_instant(param(entry, "since")) for entry in entries} == {start}
+def assert_rewards_issued_from(result: Sync, start: dt.datetime) -> None:
+    """The rewards emitted are exactly the truth's rewards issued at or after `start` (some)."""
     expected = [
         row
         for row in truth_rows(result.truth, "rewards")
@@ -237,6 +230,16 @@ def test_start_date_instant_is_the_exact_since_of_instant_windows(
     assert not problems, "\n".join(problems)
 
 
+def test_start_date_instant_is_the_exact_since_of_instant_windows(
+    start_instant_sync: tuple[Sync, dt.datetime],
+) -> None:
+    result, start = start_instant_sync
+    entries = requests_for(result.log, PATH_GROUPS[("rewards",)])
+    assert entries
+    assert {parse_instant(param(entry, "since")) for entry in entries} == {start}
+    assert_rewards_issued_from(result, start)
+
+
 def test_start_date_as_a_date_starts_windows_at_london_midnight(
     sandbox: SandboxProcess, owner_catalog: dict
 ) -> None:
@@ -245,21 +248,14 @@ def test_start_date_as_a_date_starts_windows_at_london_midnight(
     day = dt.date.today() - dt.timedelta(days=10)
     midnight = dt.datetime(day.year, day.month, day.day, tzinfo=LONDON)
     catalog = select_streams(owner_catalog, ["guests", "rewards"])
-    result = sync(sandbox, config_for(sandbox, start_date=day.isoformat()), catalog=catalog)
+    result = sync(sandbox, tap_config(sandbox, start_date=day.isoformat()), catalog=catalog)
     assert result.run.returncode == 0, result.run.stderr[-3000:]
     guests = requests_for(result.log, PATH_GROUPS[("guests",)])
     assert {param(entry, "from") for entry in guests} == {day.isoformat()}
     for entry in requests_for(result.log, PATH_GROUPS[("rewards",)]):
         since = param(entry, "since")
         assert since == day.isoformat() or parse_instant(since) == midnight, entry["query"]
-    expected = [
-        row
-        for row in truth_rows(result.truth, "rewards")
-        if parse_instant(row["issued_at"]) >= midnight
-    ]
-    assert expected
-    problems = stream_problems("rewards", result.records("rewards"), expected)
-    assert not problems, "\n".join(problems)
+    assert_rewards_issued_from(result, midnight)
 
 
 # ------------------------------------------------------------------------------ state

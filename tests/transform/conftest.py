@@ -1,4 +1,5 @@
-"""Fixtures of the dbt tests (helpers in dbt_support.py)."""
+"""Fixtures of the dbt tests (helpers in support/dbt.py; the PostgreSQL server, the session's
+database and the plugin install are support.pipeline's, registered in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,9 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
-from dbt_support import e2e
-
-# The e2e suite's fixtures, one definition: PostgreSQL server, session database, plugins.
-pg_server = e2e.pg_server
-e2e_database = e2e.e2e_database
-meltano_installed = e2e.meltano_installed
+from support.pipeline import create_database, drop_database
 
 
 @pytest.fixture(scope="module")
@@ -24,18 +18,9 @@ def scratch_database(pg_server: Any) -> Iterator[Any]:
     created: list[str] = []
 
     def create(label: str) -> str:
-        name = f"guestdata_dbt_{label}_{os.getpid()}"
-        with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as connection:
-            connection.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        created.append(name)
-        return name
+        created.append(create_database(pg_server, f"guestdata_dbt_{label}_{os.getpid()}"))
+        return created[-1]
 
     yield create
-    with psycopg.connect(pg_server.conninfo("postgres"), autocommit=True) as connection:
-        for name in created:
-            connection.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    for name in created:
+        drop_database(pg_server, name)

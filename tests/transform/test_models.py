@@ -18,17 +18,17 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dbt_support import (
-    FAST_TAP,
+import demo_pipeline
+from guestdata_sandbox.accounts import LIMITED_ACCESS_KEY, OWNER_KEYS
+from guestdata_sandbox.testing import SandboxProcess
+from support.dbt import (
     MARTS,
     OFFER_FUNNEL,
     RAW_SCHEMA,
     RECONCILIATIONS,
     Dbt,
-    MeltanoProject,
     assert_every_model_built_and_every_test_passed,
     dbt_env,
-    demo_pipeline,
     expected_audience,
     expected_members,
     expected_offer_funnel,
@@ -37,8 +37,7 @@ from dbt_support import (
     mart_rows,
     meltano_env_with_dbt_paths,
 )
-from guestdata_sandbox.accounts import LIMITED_ACCESS_KEY, OWNER_KEYS
-from guestdata_sandbox.testing import SandboxProcess
+from support.pipeline import FAST_TAP, MeltanoProject
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from dbt_support import MARTS, PROJECT_ROOT, TRANSFORM
+from support.dbt import MARTS, PROJECT_ROOT, TRANSFORM
 
 SCHEMAS = PROJECT_ROOT / "tap_guestdata" / "schemas"
 STAGING = TRANSFORM / "models" / "staging"

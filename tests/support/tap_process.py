@@ -1,7 +1,7 @@
 """Run `tap-guestdata` as users do (a process with --config/--state/--catalog) and parse its output.
 
-Shared by the tap, reliability and Airflow suites. Only the standard library is used, so a
-test can run the tap under any interpreter of the project's venv.
+Shared by every suite that runs the tap. Only the standard library is used, so a test can run
+the tap under any interpreter of the project's venv.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,8 +99,12 @@ def run_tap(
     return run
 
 
-def discover(config: Mapping[str, Any]) -> dict:
-    run = run_tap(config, args=("--discover",))
+def discover(config: Mapping[str, Any], *, seen: Callable[[TapRun], object] | None = None) -> dict:
+    """The catalog `--discover` prints (pretty-printed JSON, read whole). `seen` is handed the
+    run (e.g. to check its output for leaked keys)."""
+    run = run_tap(config, args=("--discover",), timeout=120)
+    if seen is not None:
+        seen(run)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout)
 
@@ -114,19 +118,6 @@ def select_streams(catalog: Mapping[str, Any], streams: Iterable[str]) -> dict:
             if not metadata["breadcrumb"]:
                 metadata["metadata"]["selected"] = entry["tap_stream_id"] in wanted
     return selected
-
-
-def start_tap(config: Mapping[str, Any], directory: Path, **popen: Any) -> subprocess.Popen:
-    """Start a sync in the background (for kill-and-resume tests); stdout to directory/out."""
-    command = tap_command("--config", str(write_json(directory, "config.json", config)))
-    if (directory / "state.json").exists():
-        command += ["--state", str(directory / "state.json")]
-    return subprocess.Popen(
-        command,
-        stdout=(directory / "out.jsonl").open("w"),
-        stderr=(directory / "err.log").open("w"),
-        **popen,
-    )
 
 
 def kill(process: subprocess.Popen) -> None:

@@ -1,4 +1,5 @@
-"""Helpers for the sandbox's own tests: an HTTP client bound to one sandbox, spec field tables."""
+"""Helpers for the sandbox's own tests (tests/sandbox): an HTTP client bound to one sandbox,
+spec field tables."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from typing import Any
 
 import requests
 
-from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
+from support.sandbox import OWNER_KEY
 
 Get = Callable[..., requests.Response]
-OWNER = OWNER_KEYS[0]
+OWNER = OWNER_KEY
 
 
 def client(server: SandboxProcess) -> Get:

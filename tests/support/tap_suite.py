@@ -1,4 +1,4 @@
-"""Helpers of the tap behaviour tests: the tap contract as data, truth comparison, log reading.
+"""Helpers of the tap behaviour tests (tests/tap): truth comparison, request-log and log reading.
 
 Written from the spec (`/work/shared/guest-data-api.md`), the sandbox contract (docs/sandbox.md)
 and the lead's tap contract, not from the tap's code.
@@ -7,34 +7,24 @@ and the lead's tap contract, not from the tap's code.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
-import subprocess
-import tempfile
 import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import jsonschema
 
-from demo_pipeline import STREAM_KEYS, truth_tables  # stream -> primary key (tap contract)
-from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from json_values import same_value
-from tap_process import TapRun, run_tap, tap_command, write_json
+from support.json_values import same_value
+from support.sandbox import OWNER_KEY, last_seq
+from support.streams import key_of, truth_rows
+from support.tap_process import TapRun, run_tap
 
 LONDON = ZoneInfo("Europe/London")
-OWNER_KEY = OWNER_KEYS[0]
-
-ALL_STREAMS = tuple(STREAM_KEYS)
-CORE_STREAMS = ("account", "venues", "guests", "daily_stats", "daily_account_stats")
-REWARDS_STREAMS = tuple(stream for stream in ALL_STREAMS if stream not in CORE_STREAMS)
-MEMBER_STREAMS = ("members", "member_ledger")
 
 # The request paths each stream (or group of streams sharing one endpoint) reads.
 PATH_GROUPS: dict[tuple[str, ...], re.Pattern[str]] = {
@@ -66,55 +56,11 @@ SUMMARY_SKIPPED = re.compile(r"Stream summary: (?P<stream>\w+): skipped \((?P<re
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-# ------------------------------------------------------------------------------ config
-
-
-# The sandboxes of these tests run with limits off: a budget far above spec 8's 120/minute keeps
-# the suite fast. The rate-limit tests set the real budget.
-FAST = {"requests_per_minute": 100_000}
-
-
-def config_for(server: SandboxProcess, key: str = OWNER_KEY, **overrides: Any) -> dict[str, Any]:
-    """A tap config pointing at `server` with one key and a budget for a sandbox without limits."""
-    config: dict[str, Any] = {"api_key": key, "base_url": server.base_url, **FAST}
-    config.update(overrides)
-    return config
-
-
-def run_cli(config: Mapping[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
-    """The tap with `args` (e.g. --discover, --about), output left as text. (The shared runner's
-    `run_tap`/`discover` parse stdout as Singer lines, which pretty-printed JSON is not.)"""
-    with tempfile.TemporaryDirectory(prefix="tap-cli-") as scratch:
-        command = tap_command("--config", str(write_json(Path(scratch), "config.json", config)))
-        return subprocess.run(
-            [*command, *args], capture_output=True, text=True, timeout=120, check=False
-        )
-
-
-def discover(config: Mapping[str, Any]) -> dict:
-    result = run_cli(config, "--discover")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
-
-
 # ------------------------------------------------------------------------------ truth
 
 
-def truth_rows(truth: Mapping[str, Any], stream: str) -> list[dict[str, Any]]:
-    """The rows the tap must emit for `stream`, from a `/_sandbox/truth` answer (the demo's
-    reading of it: single objects as one row, `mirror_to_<partner>` as fixed columns)."""
-    return truth_tables({stream: truth.get(stream)})[stream]
-
-
-def key_of(row: Mapping[str, Any], stream: str) -> tuple:
-    return tuple(
-        json.dumps(row.get(name)) if isinstance(row.get(name), list) else row.get(name)
-        for name in STREAM_KEYS[stream]
-    )
-
-
 def duplicate_keys(stream: str, records: Iterable[Mapping[str, Any]]) -> list[tuple]:
-    counts = Counter(key_of(record, stream) for record in records)
+    counts = Counter(key_of(stream, record) for record in records)
     return sorted((key for key, count in counts.items() if count > 1), key=repr)
 
 
@@ -131,8 +77,8 @@ def stream_problems(
     dupes = duplicate_keys(stream, records)
     if dupes:
         problems.append(f"{len(dupes)} duplicate keys, e.g. {dupes[:5]}")
-    got = {key_of(record, stream): record for record in records}
-    want = {key_of(row, stream): row for row in expected}
+    got = {key_of(stream, record): record for record in records}
+    want = {key_of(stream, row): row for row in expected}
     missing = sorted(set(want) - set(got), key=repr)
     unexpected = sorted(set(got) - set(want), key=repr)
     if missing:
@@ -163,7 +109,7 @@ def upsert(stream: str, *batches: Sequence[Mapping[str, Any]]) -> list[Mapping[s
     table: dict[tuple, Mapping[str, Any]] = {}
     for batch in batches:
         for record in batch:
-            table[key_of(record, stream)] = record
+            table[key_of(stream, record)] = record
     return list(table.values())
 
 
@@ -185,11 +131,6 @@ def timestamp(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
     return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-
-
-def last_seq(server: SandboxProcess) -> int:
-    log = server.requests_log()
-    return max((entry["seq"] for entry in log), default=0)
 
 
 def raw_params(entry: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -279,6 +220,13 @@ def sync(
     key = truth_key or config.get("api_key") or (config.get("api_keys") or [OWNER_KEY])[0]
     truth = server.truth(key)
     return Sync(run, log, truth, started, finished, dict(config))
+
+
+def assert_synced_as_truth(result: Sync, stream: str) -> None:
+    """The run succeeded and emitted exactly the truth's rows of `stream` (read after it)."""
+    assert result.run.returncode == 0, result.run.stderr[-3000:]
+    problems = stream_problems(stream, result.records(stream), truth_rows(result.truth, stream))
+    assert not problems, problems
 
 
 def summaries(run: TapRun) -> dict[str, list[dict[str, Any]]]:

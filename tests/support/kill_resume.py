@@ -1,6 +1,6 @@
 """Kill a sync with SIGKILL when it has sent a given share of its requests, resume it from the
 last STATE it wrote, and count what that cost (the sandbox's request log) and whether a row
-was lost. Used by `test_resume_anywhere.py` and by `bench/resume.py`.
+was lost. Used by tests/reliability/test_resume_anywhere.py and by `bench/resume.py`.
 """
 
 from __future__ import annotations
@@ -11,19 +11,30 @@ from pathlib import Path
 from typing import Any
 
 from guestdata_sandbox.testing import SandboxProcess
-from reliability_support import (
-    OWNER_KEY,
-    TapRun,
+from support.reliability import (
     assert_union_matches_truth,
     catalog_for,
     collect,
-    last_seq,
+    reliability_config,
     run,
     start,
-    tap_config,
     wait_for,
 )
-from tap_process import kill
+from support.sandbox import OWNER_KEY, last_seq
+from support.tap_process import TapRun, kill
+
+# Where a sync is killed: shares of the uninterrupted run's requests.
+KILL_POINTS = [0.25, 0.6, 0.9]
+# The account each stream is measured on: big enough that one page (or one in-flight request),
+# the most a kill can waste, is a small share of the sync, as on a real account.
+STREAM_SIZES = {
+    "guests": "medium",
+    "member_ledger": "small",
+    "daily_stats": "small",
+    "daily_account_stats": "small",
+    "rewards": "medium",
+    "redemptions": "large",
+}
 
 # One request at a time, so "60% of the requests" is a point in the sync, and STATE after
 # every row: a test measures what the resume logic keeps, not the STATE interval.
@@ -62,7 +73,7 @@ class RequestCounter:
 
 
 def uninterrupted(server: SandboxProcess, stream: str, **settings: Any) -> tuple[int, TapRun]:
-    config = tap_config(server, **{**RESUME_SETTINGS, **settings})
+    config = reliability_config(server, **{**RESUME_SETTINGS, **settings})
     counter = RequestCounter(server)
     result = run(config, catalog=catalog_for(config, [stream]), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -78,7 +89,7 @@ def kill_and_resume(
     **settings: Any,
 ) -> tuple[KillAndResume, list[TapRun]]:
     """Kill at `fraction` of the requests, resume from the last STATE; both runs' output."""
-    config = tap_config(server, **{**RESUME_SETTINGS, **settings})
+    config = reliability_config(server, **{**RESUME_SETTINGS, **settings})
     catalog = catalog_for(config, [stream])
     counter = RequestCounter(server)
     process = start(config, directory, catalog=catalog)

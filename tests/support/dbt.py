@@ -1,7 +1,7 @@
 """Helpers of the dbt tests: a dbt runner, its results, the marts' rows, the shared fixtures.
 
-The PostgreSQL server, database and Meltano fixtures are the e2e suite's (tests/e2e/conftest.py,
-loaded here by path and re-exported by this directory's conftest.py), so there is one definition.
+The PostgreSQL server, database and Meltano fixtures are `support.pipeline`'s (the e2e suite's
+too), so there is one definition.
 Builds after the first call the plugin's dbt directly (no Meltano start-up) with the PG*
 variables meltano.yml's dbt-postgres utility would hand it, and a target directory of their own
 so each build's run_results.json can be read.
@@ -9,11 +9,8 @@ so each build's run_results.json can be read.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +19,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from demo_pipeline import PROJECT_ROOT
+from support.pipeline import run_in_project
+
 DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" / "dbt"
 TRANSFORM = PROJECT_ROOT / "transform"
 RAW_SCHEMA = "guestdata"
@@ -33,17 +32,6 @@ MARTS = (
     "fct_offer_performance",
     "marketing_audience",
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "e2e_fixtures", PROJECT_ROOT / "tests" / "e2e" / "conftest.py"
-)
-assert _spec is not None and _spec.loader is not None
-e2e = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = e2e  # its dataclasses look their module up there
-_spec.loader.exec_module(e2e)
-MeltanoProject = e2e.MeltanoProject
-demo_pipeline = e2e.demo_pipeline
-FAST_TAP = e2e.FAST_TAP
 
 
 @dataclass
@@ -68,20 +56,9 @@ class Dbt:
     target_dir: Path
 
     def build(self, *args: str) -> DbtRun:
-        result = subprocess.run(
-            [
-                str(DBT),
-                "build",
-                *("--project-dir", str(TRANSFORM), "--profiles-dir", str(TRANSFORM)),
-                *("--target-path", str(self.target_dir), *args),
-            ],
-            cwd=PROJECT_ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        command = [str(DBT), "build", "--project-dir", str(TRANSFORM)]
+        command += ["--profiles-dir", str(TRANSFORM), "--target-path", str(self.target_dir)]
+        result = run_in_project([*command, *args], self.env, timeout=600)
         return DbtRun(
             result.returncode, result.stdout + result.stderr, read_results(self.target_dir)
         )

@@ -1,5 +1,5 @@
-"""Helpers of the reliability suite: tap runs that are checked for leaked keys, ground-truth
-comparison, Singer output of killed processes, and small recording HTTP servers.
+"""Helpers of the reliability suite (tests/reliability): tap runs that are checked for leaked
+keys, ground-truth comparison, Singer output of killed processes, small recording HTTP servers.
 
 Every tap output of a reliability test goes through `run`, `discover_streams` or `collect`, which
 register stdout and stderr with `LEAK_WATCH`; the autouse fixture in conftest.py fails the test
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -20,37 +19,30 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from demo_pipeline import STREAM_KEYS, truth_tables
-from guestdata_sandbox.accounts import KEYS, OWNER_KEYS
+from guestdata_sandbox.accounts import KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from json_values import same_value
-from tap_process import TapRun, parse_singer, run_tap, select_streams, tap_command, write_json
-
-OWNER_KEY = OWNER_KEYS[0]
-
-PRIMARY_KEYS = STREAM_KEYS  # stream -> primary key (the tap's contract)
-REWARDS_STREAMS = (
-    "programme",
-    "programme_venues",
-    "tiers",
-    "members",
-    "member_ledger",
-    "rewards",
-    "redemptions",
-    "offers",
-    "offer_stats",
+from support.json_values import same_value
+from support.sandbox import OWNER_KEY, tap_config
+from support.streams import key_of, truth_rows
+from support.tap_process import (
+    TapRun,
+    discover,
+    parse_singer,
+    run_tap,
+    select_streams,
+    tap_command,
+    write_json,
 )
-MEMBER_STREAMS = ("members", "member_ledger")
 
-# Quick settings for tests: no client-side throttling, short timeouts, a small retry budget.
-FAST: dict[str, Any] = {"requests_per_minute": 100000, "request_timeout_seconds": 5}
+# Faults are injected on purpose: a short request timeout keeps the suite quick.
+QUICK_TIMEOUT: dict[str, Any] = {"request_timeout_seconds": 5}
 
 
-def tap_config(server: SandboxProcess, key: str = OWNER_KEY, **overrides: Any) -> dict:
-    """A tap config pointing at `server` with `key`, without client-side throttling."""
-    config: dict[str, Any] = {"api_key": key, "base_url": server.base_url, **FAST}
-    config.update(overrides)
-    return config
+def reliability_config(
+    server: SandboxProcess, key: str = OWNER_KEY, **overrides: Any
+) -> dict[str, Any]:
+    """`support.sandbox.tap_config` with the suite's short request timeout."""
+    return tap_config(server, key, **{**QUICK_TIMEOUT, **overrides})
 
 
 # ------------------------------------------------------------------ leaked keys
@@ -130,18 +122,7 @@ def discover_streams(config: Mapping[str, Any]) -> dict:
     that the tests vary, so one discovery per session is enough)."""
     _watch_config(config)
     if "catalog" not in _CATALOGS:
-        # Not `tap_process.discover`: its runner parses stdout as Singer lines, and the catalog
-        # is pretty-printed JSON.
-        with tempfile.TemporaryDirectory(prefix="tap-discover-") as scratch:
-            command = tap_command(
-                "--config", str(write_json(Path(scratch), "config.json", config)), "--discover"
-            )
-            result = subprocess.run(
-                command, capture_output=True, text=True, timeout=120, check=False
-            )
-        _register("discover", TapRun(result.returncode, result.stdout, result.stderr))
-        assert result.returncode == 0, result.stderr[-3000:]
-        _CATALOGS["catalog"] = json.loads(result.stdout)
+        _CATALOGS["catalog"] = discover(config, seen=lambda run: _register("discover", run))
     return json.loads(json.dumps(_CATALOGS["catalog"]))
 
 
@@ -175,7 +156,7 @@ def parse_partial(stdout: str) -> TapRun:
 
 
 def collect(directory: Path, returncode: int) -> TapRun:
-    """The parsed output of a background run started with `tap_process.start_tap`."""
+    """The parsed output of a background run started with `start`."""
     stdout = (directory / "out.jsonl").read_text()
     stderr = (directory / "err.log").read_text()
     tap_run = parse_partial(stdout)
@@ -191,7 +172,7 @@ def start(
     catalog: Mapping[str, Any],
     state: Mapping[str, Any] | None = None,
 ) -> subprocess.Popen:
-    """A sync in the background (`tap_process.start_tap` plus a catalog); output in directory."""
+    """A sync in the background, with a catalog; stdout and stderr in `directory`."""
     _watch_config(config)
     directory.mkdir(parents=True, exist_ok=True)
     command = tap_command(
@@ -227,15 +208,6 @@ def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.
 
 
 # ------------------------------------------------------------------ ground truth
-
-
-def truth_rows(server: SandboxProcess, key: str, stream: str) -> list[dict]:
-    """The sandbox's truth for one stream as the rows the tap promises (the demo's reading)."""
-    return truth_tables({stream: server.truth(key, stream)})[stream]
-
-
-def key_of(stream: str, row: Mapping[str, Any]) -> tuple:
-    return tuple(row.get(name) for name in PRIMARY_KEYS[stream])
 
 
 def row_differences(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[str]:
@@ -287,6 +259,16 @@ def assert_records_match(
             assert not problems, f"{stream} {key}: {problems[:5]}"
 
 
+def assert_matches_truth(
+    tap_run: TapRun, server: SandboxProcess, key: str, streams: Iterable[str]
+) -> None:
+    """What one run emitted for each of `streams` equals the truth now (`assert_records_match`:
+    no duplicate, no row lost or extra, every value equal)."""
+    truth = server.truth(key)
+    for stream in streams:
+        assert_records_match(stream, tap_run.records.get(stream, []), truth_rows(truth, stream))
+
+
 def assert_union_matches_truth(
     runs: Iterable[TapRun],
     server: SandboxProcess,
@@ -297,14 +279,33 @@ def assert_union_matches_truth(
 ) -> None:
     """What several runs emitted together, upserted by primary key, equals the truth."""
     merged = union_records(runs)
+    truth = server.truth(key)
     for stream in streams:
         assert_records_match(
             stream,
             merged.get(stream, []),
-            truth_rows(server, key, stream),
+            truth_rows(truth, stream),
             allow_duplicates=True,
             allow_stale=allow_stale,
         )
+
+
+def assert_resumed(
+    failed: TapRun,
+    resumed: TapRun,
+    server: SandboxProcess,
+    key: str,
+    streams: Iterable[str],
+    *,
+    guests_share: float,
+) -> None:
+    """A run resumed from a failed run's STATE: it succeeded, read again fewer guests than
+    `guests_share` of the truth's (resumed, not restarted), and the two runs together hold the
+    truth of `streams`."""
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    guests_truth = truth_rows(server.truth(key), "guests")
+    assert len(resumed.records.get("guests", [])) < len(guests_truth) * guests_share
+    assert_union_matches_truth([failed, resumed], server, key, streams)
 
 
 def union_records(runs: Iterable[TapRun]) -> dict[str, list[dict]]:
@@ -315,16 +316,7 @@ def union_records(runs: Iterable[TapRun]) -> dict[str, list[dict]]:
     return merged
 
 
-# ------------------------------------------------------------------ request log
-
-
-def api_requests(server: SandboxProcess, after: int = 0) -> list[dict]:
-    return server.requests_log(after=after)
-
-
-def last_seq(server: SandboxProcess) -> int:
-    log = server.requests_log()
-    return max((entry["seq"] for entry in log), default=0)
+# ------------------------------------------------------------------ failures
 
 
 def assert_no_traceback(tap_run: TapRun) -> None:

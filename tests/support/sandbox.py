@@ -1,0 +1,27 @@
+"""The tap pointed at a sandbox: its config, the owner's key, the sandbox's request log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.testing import SandboxProcess
+
+OWNER_KEY = OWNER_KEYS[0]
+
+# The tests' sandboxes run with limits off: a budget far above spec 8's 120/minute keeps the
+# suites fast. The rate-limit tests set the real budget.
+FAST: dict[str, Any] = {"requests_per_minute": 100_000}
+
+
+def tap_config(server: SandboxProcess, key: str = OWNER_KEY, **overrides: Any) -> dict[str, Any]:
+    """A tap config pointing at `server` with one key, without client-side throttling."""
+    config: dict[str, Any] = {"api_key": key, "base_url": server.base_url, **FAST}
+    config.update(overrides)
+    return config
+
+
+def last_seq(server: SandboxProcess) -> int:
+    """The sequence number of the last request the sandbox logged (0 if none)."""
+    log = server.requests_log()
+    return max((entry["seq"] for entry in log), default=0)
