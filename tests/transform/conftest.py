@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from support.pipeline import create_database, drop_database
+from support.pipeline import create_database, drop_database, throwaway_database
+
+
+@pytest.fixture(scope="module")
+def e2e_database(pg_server: Any) -> Iterator[str]:
+    """The models' load goes to a database of its own: the e2e suite's tables (other sandboxes,
+    mutated rows) in the session database would break the reconciliations."""
+    with throwaway_database(pg_server, "guestdata_dbt") as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
