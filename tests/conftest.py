@@ -15,16 +15,6 @@ from support.sandbox import OWNER_KEY
 
 pytest_plugins = ["support.pipeline"]
 
-# Suites that run this repository's Meltano project share its .meltano/ (plugin venvs and run
-# files): under `pytest -n N --dist loadgroup` (scripts/test) they stay on one worker, in order.
-MELTANO_SUITES = ("airflow", "e2e", "snowflake", "transform")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.parent.name in MELTANO_SUITES:
-            item.add_marker(pytest.mark.xdist_group("meltano"))
-
 
 @pytest.fixture(scope="session")
 def sandbox() -> Iterator[SandboxProcess]:
