@@ -33,7 +33,7 @@ from tap_guestdata.http.errors import (
     describe_request,
 )
 from tap_guestdata.http.paging import BODY_ATTRIBUTE, LastPagePaginator, NewestFirstPages, body_of
-from tap_guestdata.prefetch import ChildPrefetch, PartitionKey
+from tap_guestdata.prefetch import ChildPrefetch, PartitionKey, partition_key
 from tap_guestdata.progress import StreamPlan
 from tap_guestdata.resume import RESUME_KEY, ListingProgress
 from tap_guestdata.settings import BASE_PATH
@@ -169,8 +169,7 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
         return int(getattr(self.runtime.settings, self.window.lookback_setting) or 0)
 
     def state_key(self, context: Context | None) -> PartitionKey:
-        partition = self.state_manager.get_state_partition_context(context) or {}
-        return tuple(sorted(partition.items()))
+        return partition_key(self.state_manager.get_state_partition_context(context))
 
     @property
     def authenticator(self) -> KeyPoolAuthenticator:
