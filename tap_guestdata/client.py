@@ -22,7 +22,7 @@ from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 from singer_sdk.helpers.conform import TypeConformanceLevel
 from singer_sdk.schema.source import SchemaDirectory, StreamSchema
 
-from tap_guestdata import drift, windows
+from tap_guestdata import deletions, drift, windows
 from tap_guestdata.authenticator import KeyPoolAuthenticator
 from tap_guestdata.http.errors import (
     RateLimited,
@@ -65,6 +65,7 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
     paged: ClassVar[bool] = True  # a list: per_page=200 and page=N (spec 4.3)
     window: ClassVar[TimeWindow | None] = None
     newest_first: ClassVar[bool] = False  # a newest-first list: drop rows pages shift back
+    follows_deletions: ClassVar[bool] = False  # rows the API drops are marked (deletions.py)
     allow_redirects = False  # spec 5.7: the key goes to base_url only, never where a 3xx points
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -162,6 +163,11 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
         if bookmark and start_date:
             return max(bookmark, start_date, key=windows.parse_boundary)
         return bookmark or start_date
+
+    def earliest_possible_day(self) -> dt.date | None:
+        """The first London day a row of this windowed stream can have (deletions.py); None:
+        not known, so only a window with no lower bound reads the whole history."""
+        return None
 
     def lookback_days(self) -> int:
         if self.window is None or self.window.lookback_setting is None:
@@ -344,12 +350,18 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
 
     def get_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         """The stream's rows, unless its group is forbidden (spec 4.5)."""
-        if self.runtime.gate.reason(self.scopes):
+        following_deletions = self.follows_deletions and self.selected
+        if reason := self.runtime.gate.reason(self.scopes):
+            if following_deletions:
+                deletions.not_checked(self, reason)
             return
         self._records_counter = self.runtime.counters_for(self.name) if self.selected else None
         if self.replication_key and self.is_timestamp_replication_key:
             self._utc_replication_key = self.replication_key
         checkpoints = self.runtime.checkpoints if self.parent_stream_type is None else None
+        # Decided before reading: the window is fixed for the run, and a resume marker is
+        # dropped when the listing finishes (deletions.py).
+        unread = deletions.unread_history(self, context) if following_deletions else None
         try:
             for row in self.read_records(context):
                 yield row
@@ -360,10 +372,20 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
                     self.write_checkpoint()
         except StreamForbidden as error:
             self.forbidden(error)
+            if following_deletions:
+                deletions.not_checked(self, f"the read stopped: {error}")
             return
-        except StreamSkipped:
+        except StreamSkipped as skipped:
+            if following_deletions:
+                deletions.not_checked(self, f"the read stopped: {skipped}")
             return
+        except BaseException as error:  # a failed page, a stop: logged, then raised as it was
+            if following_deletions:
+                deletions.not_checked(self, f"the read did not finish ({type(error).__name__})")
+            raise
         self.listing_finished(context)
+        if following_deletions:
+            deletions.activate(self, context, unread)
         if self.parent_stream_type is None:
             names = [self.name, *(child.name for child in self.child_streams)]
             self.runtime.progress.finished(*names)
@@ -429,6 +451,11 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
         finally:
             self._listing.guard = None
 
+    def write_activate_version(self, version: int) -> None:
+        """ACTIVATE_VERSION for this stream under each of its aliases (stream maps): the SDK's
+        own writer, which it calls only before a full-table sync (override register)."""
+        self._write_activate_version_message(version)
+
     def forbidden(self, error: StreamForbidden) -> None:
         if self.runtime.settings.on_forbidden == "fail":
             raise FatalAPIError(f"{error} (on_forbidden=fail)") from None
@@ -443,6 +470,10 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
         self, row: dict[str, Any], context: Context | None = None
     ) -> dict[str, Any] | None:
         drift.check_row(self, row)  # fields the schema lacks, or of another type (drift.py)
+        if self.follows_deletions:
+            # The SDK writes the RECORD's version from this attribute, set for a full-table
+            # sync only (override register, docs/development.md); here: when it was read.
+            self._stream_version = deletions.row_version()
         key = self._utc_replication_key
         if key is not None and (value := row.get(key)) is not None:
             row[key] = self._utc_cursor(row, key, value)  # bookmarks compare as strings: UTC

@@ -98,6 +98,17 @@ def set_marketing_consent(store: Store, guest_id: Any, value: Any) -> dict:
     return {"ids": [row["id"]]}
 
 
+def delete_guest(store: Store, guest_id: Any) -> dict:
+    """A guest deleted in the service (spec 1): gone from /guests and, in this sandbox, from
+    /stats too (its counts are recomputed from the guests still held; docs/sandbox.md)."""
+    data, row = find(store, "guests_by_id", guest_id)
+    index = data.guests.index(row)
+    del data.guests[index]
+    del data.guest_times[index]  # kept parallel to data.guests (the time index of /guests)
+    del data.guests_by_id[row["id"]]
+    return {"ids": [row["id"]]}
+
+
 def recompute_tier(member: dict, now: float) -> None:
     tier = next((t for t in reversed(TIERS) if member["points_12m"] >= t["min_points_12m"]), None)
     key = tier["key"] if tier else None
@@ -352,6 +363,7 @@ def before_list(store: Store, api_key: ApiKey, resource: str, member_id: int | N
 ACTIONS = {
     "add_guests": add_guests,
     "set_marketing_consent": set_marketing_consent,
+    "delete_guest": delete_guest,
     "add_ledger_lines": add_ledger_lines,
     "update_member": update_member,
     "redeem_reward": redeem_reward,

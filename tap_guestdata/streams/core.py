@@ -35,6 +35,7 @@ class Venues(GuestDataStream):
     name = "venues"
     path = "/venues"
     primary_keys = ("id",)
+    follows_deletions = True  # read whole every run: a venue gone from it is marked
 
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         return [dict(row) for row in all_venues(self)]
@@ -62,6 +63,11 @@ class Guests(GuestDataStream):
     replication_key = "visited_at"
     window = TimeWindow(since="from", until="to", dates=True)
     newest_first = True
+    follows_deletions = True  # spec 1: a deleted guest leaves the API, not the warehouse
+
+    def earliest_possible_day(self) -> dt.date:
+        """No guest arrived before the account's first venue existed (spec 2.2 created_at)."""
+        return min(windows.london_day(venue["created_at"]) for venue in all_venues(self))
 
 
 class _DailyStatistics(GuestDataStream):

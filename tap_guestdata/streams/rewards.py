@@ -36,6 +36,7 @@ class Programme(RewardsStream):
     programme_venues (meta.venues) and tiers, so it is read once per run."""
 
     name = "programme"
+    follows_deletions = True  # the whole answer every run (deletions.py)
     path = "/rewards/programme"
     primary_keys = ("id",)
     paged = False
@@ -62,6 +63,7 @@ class ProgrammeVenues(RewardsStream):
     mirror_partner and mirror_to_partner, so the table's shape never depends on the partner."""
 
     name = "programme_venues"
+    follows_deletions = True  # the whole answer every run (deletions.py)
     primary_keys = ("site_id",)
 
     def planned_requests(self) -> StreamPlan:
@@ -88,6 +90,7 @@ class Tiers(RewardsStream):
     """The programme's tiers (spec 2.7), each with its programme_id."""
 
     name = "tiers"
+    follows_deletions = True  # the whole answer every run (deletions.py)
     primary_keys = ("programme_id", "key")
 
     def planned_requests(self) -> StreamPlan:

@@ -30,6 +30,9 @@ class TapRun:
     records: dict[str, list[dict]] = field(default_factory=dict)
     schemas: dict[str, dict] = field(default_factory=dict)
     states: list[dict] = field(default_factory=list)
+    # ACTIVATE_VERSION messages per stream, and each RECORD's version (None when it had none)
+    activated: dict[str, list[int]] = field(default_factory=dict)
+    versions: dict[str, list[int | None]] = field(default_factory=dict)
 
     @property
     def final_state(self) -> dict | None:
@@ -50,6 +53,9 @@ def parse_singer(stdout: str, run: TapRun) -> None:
         kind = message.get("type")
         if kind == "RECORD":
             run.records.setdefault(message["stream"], []).append(message["record"])
+            run.versions.setdefault(message["stream"], []).append(message.get("version"))
+        elif kind == "ACTIVATE_VERSION":
+            run.activated.setdefault(message["stream"], []).append(message["version"])
         elif kind == "SCHEMA":
             run.schemas[message["stream"]] = message["schema"]
         elif kind == "STATE":

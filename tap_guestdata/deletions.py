@@ -1,0 +1,93 @@
+"""Deletions followed from the source: Singer's ACTIVATE_VERSION, sent only after a complete read.
+
+Deleting a guest in the service does not delete an exported copy (spec 1): the warehouse's copy
+is its owner's to follow. A stream that declares `follows_deletions` does so with the table
+version every SQL target of the SDK understands:
+
+- each row it writes carries a version, the moment it was written (epoch milliseconds, always
+  after its page was read), so a row read before a run started has an older version than that
+  run, and a row read by an overlapping run after it started has a newer one;
+- once a read has provably covered the stream's whole history, the stream sends ACTIVATE_VERSION
+  with the run's start: the target marks every row it holds with an older version
+  (`_sdc_deleted_at`) or, with its `hard_delete`, removes it. Rows of this read, and rows of
+  any run that read after it started, are newer and stay.
+
+The SDK's own ACTIVATE_VERSION (`emit_activate_version_messages`) goes out *before* a full-table
+sync, so a run that dies half-way would leave every row not yet re-read marked (or, with
+hard_delete, gone). Here it goes out at the end, and only when the read was complete:
+
+- the read finished: every page up to meta.last_page answered (a page that fails after its
+  retries ends the run; an empty page does not end the listing, `LastPagePaginator`), and no
+  403 closed the stream's group (spec 4.5);
+- a windowed stream (guests) read from the beginning: no `from`, or a `from` on or before the
+  London day the account's first venue opened (no guest can be older), and did not resume an
+  interrupted read (whose newer rows the killed run read).
+
+Otherwise one line says why deletions were not checked, and nothing is marked.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from tap_guestdata import windows
+
+if TYPE_CHECKING:
+    from singer_sdk.helpers.types import Context
+
+    from tap_guestdata.client import GuestDataStream
+
+
+def row_version() -> int:
+    """The version a row is written with: now, in milliseconds (after its page was read)."""
+    return time.time_ns() // 1_000_000
+
+
+def run_version(stream: GuestDataStream) -> int:
+    """The version activated after a complete read: the run's start, before any of its pages."""
+    return int(stream.sync_started_at.timestamp() * 1000)
+
+
+def unread_history(stream: GuestDataStream, context: Context | None) -> str | None:
+    """Why this partition's read did not cover the stream's whole history; None when it did."""
+    if stream.window is None:
+        return None
+    progress = stream.listing_progress(context)
+    if progress is not None and progress.until() is not None:
+        return (
+            f"this run resumed an interrupted read below {progress.oldest}; the rows above it "
+            "were read by the run that stopped"
+        )
+    since = stream.window_params(context).get(stream.window.since)
+    if since is None:
+        return None
+    first_day = stream.earliest_possible_day()
+    if first_day is not None and windows.london_day(since) <= first_day:
+        return None
+    reason = "an incremental run" if stream.bookmark(context) else "start_date"
+    after = f"after {first_day.isoformat()}, the first day a row can have" if first_day else ""
+    return (
+        f"the window starts on {since} ({reason}){', ' + after if after else ''}, so older "
+        "rows were not read (a --full-refresh run without a later start_date checks them)"
+    )
+
+
+def not_checked(stream: GuestDataStream, why: str) -> None:
+    stream.logger.info("Deletions: %s: not checked: %s", stream.name, why)
+
+
+def activate(stream: GuestDataStream, context: Context | None, unread: str | None) -> None:
+    """After a finished read: ACTIVATE_VERSION if it covered the whole history (`unread` is
+    None, as `unread_history` said before the read), else one line saying why not."""
+    if unread is not None:
+        not_checked(stream, unread)
+        return
+    version = run_version(stream)
+    stream.write_activate_version(version)
+    stream.logger.info(
+        "Deletions: %s: the whole history was read; ACTIVATE_VERSION %d: rows the target holds "
+        "from earlier reads that this one did not return are marked deleted",
+        stream.name,
+        version,
+    )
