@@ -31,6 +31,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
+
 from tap_guestdata import windows
 
 if TYPE_CHECKING:
@@ -62,14 +64,18 @@ def unread_history(stream: GuestDataStream, context: Context | None) -> str | No
     since = stream.window_params(context).get(stream.window.since)
     if since is None:
         return None
-    first_day = stream.earliest_possible_day()
+    if stream.bookmark(context):
+        return f"an incremental run: the window starts on {since}, older rows were not read"
+    try:  # the venues listing, shared with the other streams that read it
+        first_day = stream.earliest_possible_day()
+    except (FatalAPIError, RetriableAPIError) as error:
+        return f"the account's first day is not known ({error})"
     if first_day is not None and windows.london_day(since) <= first_day:
         return None
-    reason = "an incremental run" if stream.bookmark(context) else "start_date"
-    after = f"after {first_day.isoformat()}, the first day a row can have" if first_day else ""
+    after = f", after {first_day.isoformat()}, the first day a row can have" if first_day else ""
     return (
-        f"the window starts on {since} ({reason}){', ' + after if after else ''}, so older "
-        "rows were not read (a --full-refresh run without a later start_date checks them)"
+        f"the window starts on {since} (start_date){after}, so older rows were not read (a "
+        "--full-refresh run without a later start_date checks them)"
     )
 
 
