@@ -29,11 +29,11 @@ SETTINGS: dict[str, str] = {
     "meltano_environment": "prod",
     "meltano_target": "target-postgres",
     # Blocks run after the loader in the same `meltano run` (space-separated, or "none");
-    # "auto": the timestamptz step (meltano.yml) when the target is target-postgres.
-    "meltano_after_load": "auto",
-    # The models' build (space-separated blocks, or "none": no transform DAG); "auto": the dbt
-    # utility of meltano.yml when the target is target-postgres.
-    "meltano_transform": "auto",
+    # "auto": this repository's timestamptz step (its meltano.yml) for target-postgres.
+    "meltano_after_load": "none",
+    # The models' build (space-separated blocks, or "none": no transform DAG); "auto": this
+    # repository's dbt utility (its meltano.yml) for target-postgres.
+    "meltano_transform": "none",
     "transform_timeout_minutes": "60",
     "schedule": "0 5 * * *",
     "refresh_schedule": "0 3 * * 0",
