@@ -1,0 +1,103 @@
+"""A user's own `dags/` file, the README's, builds today's DAGs from the installed package.
+
+The file lives in a folder of its own and only calls `tap_guestdata.airflow.build_dags`; the
+package is the release's wheel with the `airflow` extra, installed into a fresh virtualenv.
+Under every scenario of test_dags.py (plus the two Variables that ask for this repository's
+extra blocks) Airflow's DagBag finds the same DAGs, tasks, pools and settings as it finds in
+this repository's dags/; without those Variables the DAGs are the same less those blocks.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dag_testing import PROJECT_ROOT, inspect_dags
+from support.release import Release, fresh_venv
+from test_dags import DAILY, GROUPS, REFRESH, SCENARIOS
+
+pytestmark = pytest.mark.airflow
+
+USER_PROJECT = "/srv/meltano-project"
+# The README's three lines (docs/airflow.md, "Use it in your own stack").
+USER_DAGS_FILE = f"""\
+from tap_guestdata.airflow import build_dags
+
+globals().update(build_dags(project_root="{USER_PROJECT}"))
+"""
+# What this repository's dags/ file asks for by argument, asked for by an operator.
+THIS_PROJECTS_BLOCKS = {
+    "AIRFLOW_VAR_GUESTDATA_MELTANO_AFTER_LOAD": "auto",
+    "AIRFLOW_VAR_GUESTDATA_MELTANO_TRANSFORM": "auto",
+}
+
+
+@pytest.fixture(scope="module")
+def user_python(release: Release, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A fresh virtualenv with the wheel and its airflow extra, as an Airflow image would."""
+    venv = tmp_path_factory.mktemp("user-airflow") / "venv"
+    return str(fresh_venv(venv, f"{release.wheel}[airflow]"))
+
+
+@pytest.fixture(scope="module")
+def user_dags(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("user-airflow") / "dags"
+    folder.mkdir()
+    (folder / "guestdata.py").write_text(USER_DAGS_FILE)
+    return folder
+
+
+def without_project_root(result: dict[str, Any]) -> dict[str, Any]:
+    """The result, less what differs by design: the project root (tasks' cwd) and timing."""
+    result = copy.deepcopy(result)
+    del result["parse_seconds"], result["factory_file"]
+    for dag in result["dags"].values():
+        for task in dag["tasks"].values():
+            if task["cwd"] in (USER_PROJECT, str(PROJECT_ROOT)):
+                task["cwd"] = "<project root>"
+    return result
+
+
+def test_a_users_dags_file_builds_todays_dags_tasks_and_pools(
+    user_python: str, user_dags: Path, airflow_home: Path
+) -> None:
+    ours = inspect_dags(airflow_home, list(SCENARIOS.values()))
+    theirs_scenarios = [
+        {
+            **scenario,
+            "env": {**THIS_PROJECTS_BLOCKS, **scenario["env"]},
+            "dags_folder": str(user_dags),
+        }
+        for scenario in SCENARIOS.values()
+    ]
+    theirs = inspect_dags(airflow_home, theirs_scenarios, python=user_python)
+    for name, mine, users in zip(SCENARIOS, ours, theirs, strict=True):
+        assert users["import_errors"] == {}, name
+        # The factory came from the fresh virtualenv, not from this checkout.
+        assert users["factory_file"].startswith(str(Path(user_python).parents[1])), name
+        assert without_project_root(users) == without_project_root(mine), name
+    defaults = theirs[list(SCENARIOS).index("defaults")]
+    tasks = defaults["dags"][DAILY]["tasks"]
+    assert {task["cwd"] for task in tasks.values()} == {USER_PROJECT}
+    assert sorted(defaults["dags"][DAILY]["tasks"]) == sorted(GROUPS)
+
+
+def test_without_this_projects_blocks_the_dags_load_and_stop(
+    user_python: str, user_dags: Path, airflow_home: Path
+) -> None:
+    """A user's project has no timestamptz step or dbt models of ours: by default the loads end
+    at the loader and there is no transform DAG."""
+    scenario = {**SCENARIOS["defaults"], "dags_folder": str(user_dags)}
+    (result,) = inspect_dags(airflow_home, [scenario], python=user_python)
+    assert result["import_errors"] == {}
+    assert result["dag_warnings"] == []
+    assert set(result["dags"]) == {DAILY, REFRESH}
+    for group, task in result["dags"][DAILY]["tasks"].items():
+        assert (
+            f"meltano --environment=prod run --no-install tap-guestdata--{group} target-postgres"
+            " && status=0"
+        ) in task["bash_command"]
+        assert task["pool"] == "guestdata_api_key_1"
