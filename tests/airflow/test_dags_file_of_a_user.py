@@ -5,15 +5,19 @@ package is the release's wheel with the `airflow` extra, installed into a fresh 
 Under every scenario of test_dags.py (plus the two Variables that ask for this repository's
 extra blocks) Airflow's DagBag finds the same DAGs, tasks, pools and settings as it finds in
 this repository's dags/; without those Variables the DAGs are the same less those blocks.
+The stream-group extractors docs/airflow.md tells a user to add are meltano.yml's.
 """
 
 from __future__ import annotations
 
 import copy
+import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from dag_testing import PROJECT_ROOT, inspect_dags
 from support.release import Release, fresh_venv
@@ -21,13 +25,17 @@ from test_dags import DAILY, GROUPS, REFRESH, SCENARIOS
 
 pytestmark = pytest.mark.airflow
 
-USER_PROJECT = "/srv/meltano-project"
-# The README's three lines (docs/airflow.md, "Use it in your own stack").
-USER_DAGS_FILE = f"""\
-from tap_guestdata.airflow import build_dags
 
-globals().update(build_dags(project_root="{USER_PROJECT}"))
-"""
+def readme_dags_file() -> tuple[str, str]:
+    """The DAG file of the README's "Use it in your own stack", and the project root it names."""
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    section = readme.split("## Use it in your own stack\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)\n *```", section, re.DOTALL)
+    (root,) = re.findall(r'project_root="([^"]+)"', block)
+    return textwrap.dedent(block) + "\n", root
+
+
+USER_DAGS_FILE, USER_PROJECT = readme_dags_file()
 # What this repository's dags/ file asks for by argument, asked for by an operator.
 THIS_PROJECTS_BLOCKS = {
     "AIRFLOW_VAR_GUESTDATA_MELTANO_AFTER_LOAD": "auto",
@@ -101,3 +109,20 @@ def test_without_this_projects_blocks_the_dags_load_and_stop(
             " && status=0"
         ) in task["bash_command"]
         assert task["pool"] == "guestdata_api_key_1"
+
+
+def test_the_docs_stream_group_extractors_are_meltano_ymls() -> None:
+    """What docs/airflow.md tells a user to add for the DAGs is what this project runs."""
+    docs = (PROJECT_ROOT / "docs" / "airflow.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)\n *```", docs, re.DOTALL)
+    (snippet,) = [block for block in blocks if "inherit_from: tap-guestdata" in block]
+    project = yaml.safe_load((PROJECT_ROOT / "meltano.yml").read_text())
+    groups = [
+        plugin
+        for plugin in project["plugins"]["extractors"]
+        if plugin.get("inherit_from") == "tap-guestdata"
+    ]
+    assert yaml.safe_load(textwrap.dedent(snippet)) == groups
+    assert [plugin["name"] for plugin in groups] == [
+        f"tap-guestdata--{group}" for group in [*GROUPS, "refresh"]
+    ]
