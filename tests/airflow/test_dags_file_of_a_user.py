@@ -5,12 +5,16 @@ package is the release's wheel with the `airflow` extra, installed into a fresh 
 Under every scenario of test_dags.py (plus the two Variables that ask for this repository's
 extra blocks) Airflow's DagBag finds the same DAGs, tasks, pools and settings as it finds in
 this repository's dags/; without those Variables the DAGs are the same less those blocks.
-The stream-group extractors docs/airflow.md tells a user to add are meltano.yml's.
+The factory's other arguments (environment, target, keys, accounts, settings) give what the
+same Variables give, a Variable still beats an argument, and without a project root the file
+fails to import with the reason. The stream-group extractors docs/airflow.md tells a user to
+add are meltano.yml's.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -21,7 +25,7 @@ import yaml
 
 from dag_testing import PROJECT_ROOT, inspect_dags
 from support.release import Release, fresh_venv
-from test_dags import DAILY, GROUPS, REFRESH, SCENARIOS
+from test_dags import ACCOUNTS, DAILY, GROUPS, LANE_POOLS, REFRESH, SCENARIOS, known_pools
 
 pytestmark = pytest.mark.airflow
 
@@ -50,12 +54,16 @@ def user_python(release: Release, tmp_path_factory: pytest.TempPathFactory) -> s
     return str(fresh_venv(venv, f"{release.wheel}[airflow]"))
 
 
-@pytest.fixture(scope="module")
-def user_dags(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dags_folder(tmp_path_factory: pytest.TempPathFactory, text: str) -> Path:
     folder = tmp_path_factory.mktemp("user-airflow") / "dags"
     folder.mkdir()
-    (folder / "guestdata.py").write_text(USER_DAGS_FILE)
+    (folder / "guestdata.py").write_text(text)
     return folder
+
+
+@pytest.fixture(scope="module")
+def user_dags(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return dags_folder(tmp_path_factory, USER_DAGS_FILE)
 
 
 def without_project_root(result: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +117,59 @@ def test_without_this_projects_blocks_the_dags_load_and_stop(
             " && status=0"
         ) in task["bash_command"]
         assert task["pool"] == "guestdata_api_key_1"
+
+
+# build_dags arguments -> the environment variables that give this repository's dags/ the same.
+ARGUMENTS = {
+    "keys": (
+        'environment="dev", target="target-snowflake", api_key_variables=["k_one", "k_two"], '
+        'settings={"key_cooldown_seconds": 0, "catchup": True}',
+        {
+            "GUESTDATA_MELTANO_ENVIRONMENT": "dev",
+            "GUESTDATA_MELTANO_TARGET": "target-snowflake",
+            "GUESTDATA_API_KEY_VARIABLES": "k_one,k_two",
+            "GUESTDATA_KEY_COOLDOWN_SECONDS": "0",
+            "GUESTDATA_CATCHUP": "true",
+        },
+        known_pools(2),
+    ),
+    "accounts": (
+        f"accounts={ACCOUNTS!r}",
+        {"GUESTDATA_ACCOUNTS": json.dumps(ACCOUNTS)},
+        ["default_pool", *LANE_POOLS],
+    ),
+}
+
+
+def test_the_factorys_arguments_are_the_settings_and_variables_still_win(
+    user_python: str, airflow_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    ours, theirs = [], []
+    for arguments, env, pools in ARGUMENTS.values():
+        text = USER_DAGS_FILE.replace(
+            f'project_root="{USER_PROJECT}"', f'project_root="{USER_PROJECT}", {arguments}'
+        )
+        folder = dags_folder(tmp_path_factory, text)
+        ours.append({"env": {**env, **THIS_PROJECTS_BLOCKS}, "known_pools": pools})
+        theirs.append(
+            {"env": THIS_PROJECTS_BLOCKS, "known_pools": pools, "dags_folder": str(folder)}
+        )
+    # An operator's Variable beats the file's argument.
+    override = {"AIRFLOW_VAR_GUESTDATA_MELTANO_ENVIRONMENT": "staging"}
+    theirs.append({**theirs[0], "env": {**THIS_PROJECTS_BLOCKS, **override}})
+    # No project root anywhere: the file does not import, and says why.
+    rootless = dags_folder(
+        tmp_path_factory, USER_DAGS_FILE.replace(f'project_root="{USER_PROJECT}"', "")
+    )
+    theirs.append({"env": {}, "dags_folder": str(rootless)})
+    *results, overridden, unrooted = inspect_dags(airflow_home, theirs, python=user_python)
+    for name, mine, users in zip(ARGUMENTS, inspect_dags(airflow_home, ours), results, strict=True):
+        assert users["import_errors"] == {} and users["dag_warnings"] == [], name
+        assert without_project_root(users) == without_project_root(mine), name
+    command = overridden["dags"][DAILY]["tasks"]["core"]["bash_command"]
+    assert "meltano --environment=staging run" in command
+    (error,) = unrooted["import_errors"].values()
+    assert "Meltano project root unknown" in error and "MELTANO_PROJECT_ROOT" in error
 
 
 def test_the_docs_stream_group_extractors_are_meltano_ymls() -> None:
