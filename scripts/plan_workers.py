@@ -4,7 +4,7 @@
     .venv/bin/python scripts/plan_workers.py --table          # the README's table (docs/airflow.md)
     .venv/bin/python scripts/plan_workers.py ... --simulate   # also a simulated run
 
-The plan is the DAG's own: `dags/guestdata_accounts.py` spreads the keys over the 5 lanes of
+The plan is the DAG's own: `tap_guestdata/airflow/accounts.py` spreads the keys over the 5 lanes of
 every address (one running task per lane, so 5 x 120 = 600 requests a minute per address, spec
 8), each account's stream groups go round-robin over its keys, and a lane runs its tasks one
 after another. A task of n requests takes about n / 120 minutes (its one key's budget: 120
@@ -33,11 +33,8 @@ import types
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "dags"))
-from guestdata_accounts import (  # noqa: E402
+from tap_guestdata.airflow.accounts import (
     PER_KEY_PER_MINUTE,
     SIZE_REQUESTS,
     Account,

@@ -13,7 +13,7 @@ import pytest
 from guestdata_sandbox.testing import SandboxProcess
 from support.sandbox import OWNER_KEY
 
-pytest_plugins = ["support.pipeline"]
+pytest_plugins = ["support.pipeline", "support.release"]
 
 
 @pytest.fixture(scope="session")

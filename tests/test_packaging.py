@@ -1,10 +1,14 @@
-"""What each wheel ships: the tap without the sandbox, and the sandbox as its own distribution.
+"""What each distribution ships, and the release check that builds, checks and tries the tap's.
 
-A user who installs tap-guestdata gets the tap and its schemas, not a test server.
+A user who installs tap-guestdata gets the tap, its schemas and the Airflow helpers (whose
+dependency is the `airflow` extra), not a test server and not test code; a registry shows its
+keywords, classifiers, project URLs and the README.
 """
 
 from __future__ import annotations
 
+import email
+import email.message
 import shutil
 import subprocess
 import sys
@@ -12,6 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from support.release import Release
 
 ROOT = Path(__file__).resolve().parent.parent
 SANDBOX = ROOT / "sandbox"
@@ -30,8 +36,8 @@ def build_wheel(project: Path, out_dir: Path) -> zipfile.ZipFile:
 
 
 @pytest.fixture(scope="module")
-def tap_wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    return build_wheel(ROOT, tmp_path_factory.mktemp("tap-wheel"))
+def tap_wheel(release: Release) -> zipfile.ZipFile:
+    return zipfile.ZipFile(release.wheel)
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +50,36 @@ def entry_points(wheel: zipfile.ZipFile) -> str:
     return wheel.read(name).decode()
 
 
-def test_tap_wheel_ships_the_tap_and_its_schemas(tap_wheel: zipfile.ZipFile) -> None:
+def metadata(wheel: zipfile.ZipFile) -> email.message.Message:
+    (name,) = [name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")]
+    return email.message_from_bytes(wheel.read(name))
+
+
+def test_release_check_builds_twine_checks_installs_and_runs_the_tap(release: Release) -> None:
+    output = release.output
+    assert f"Checking {release.wheel}: PASSED" in output
+    assert f"Checking {release.sdist}: PASSED" in output
+    assert "tap-guestdata v0.1.0, Meltano SDK v" in output  # --version, in the fresh venv
+    assert "--about: tap-guestdata 0.1.0" in output
+    assert f"files, {release.wheel.stat().st_size / 1024:.1f} KiB" in output  # the listing
+    assert "release check passed" in output
+
+
+def test_tap_wheel_ships_the_tap_its_schemas_and_the_airflow_helpers(
+    tap_wheel: zipfile.ZipFile,
+) -> None:
     names = set(tap_wheel.namelist())
-    assert "tap_guestdata/tap.py" in names
+    assert {"tap_guestdata/tap.py", "tap_guestdata/py.typed"} <= names
     schemas = {
         f"tap_guestdata/schemas/{path.name}" for path in ROOT.glob("tap_guestdata/schemas/*")
     }
     assert schemas and schemas <= names
+    helpers = {f"tap_guestdata/airflow/{p.name}" for p in ROOT.glob("tap_guestdata/airflow/*.py")}
+    assert "tap_guestdata/airflow/dags.py" in helpers and helpers <= names
     assert "tap-guestdata = tap_guestdata.tap:TapGuestData.cli" in entry_points(tap_wheel)
 
 
-def test_tap_wheel_ships_no_sandbox(tap_wheel: zipfile.ZipFile) -> None:
+def test_tap_wheel_ships_no_sandbox_and_no_test_code(tap_wheel: zipfile.ZipFile) -> None:
     names = tap_wheel.namelist()
     assert [name for name in names if "sandbox" in name.split("/")[0]] == []
     assert "guestdata-sandbox" not in entry_points(tap_wheel)
@@ -62,6 +87,45 @@ def test_tap_wheel_ships_no_sandbox(tap_wheel: zipfile.ZipFile) -> None:
         name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")
     }
     assert top_level == {"tap_guestdata"}
+    parts = {part for name in names for part in name.split("/")}
+    assert not {"tests", "support", "conftest.py", "dags"} & parts
+    assert not [part for part in parts if part.startswith("test_")]
+
+
+def test_a_registry_shows_keywords_classifiers_urls_and_the_readme(
+    tap_wheel: zipfile.ZipFile,
+) -> None:
+    meta = metadata(tap_wheel)
+    assert {"meltano", "singer-io", "singer-tap"} <= set(meta["Keywords"].split(","))
+    classifiers = meta.get_all("Classifier") or []
+    assert "Programming Language :: Python :: 3.10" in classifiers
+    assert "Framework :: Apache Airflow" in classifiers
+    urls = dict(url.split(", ", 1) for url in meta.get_all("Project-URL") or [])
+    assert {"Homepage", "Repository", "Documentation", "Changelog", "Issues"} <= set(urls)
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert meta.get_payload().startswith("# tap-guestdata\n")  # the README
+    # Airflow is an extra: the tap's own dependencies do not pull it in.
+    requirements = meta.get_all("Requires-Dist") or []
+    assert 'apache-airflow<4,>=3.3; extra == "airflow"' in requirements
+    airflow = [line for line in requirements if line.startswith("apache-airflow")]
+    assert all("; extra == " in line for line in airflow)
+    assert "airflow" in (meta.get_all("Provides-Extra") or [])
+
+
+def test_the_tap_and_its_cli_never_import_airflow() -> None:
+    """Airflow is installed here (the test extra), so an import of it would show."""
+    code = (
+        "import sys, tap_guestdata, tap_guestdata.tap, tap_guestdata.airflow.accounts\n"
+        "from tap_guestdata.tap import TapGuestData\n"
+        "TapGuestData.print_about('json')\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'airflow')\n"
+        "assert not loaded, loaded\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_sandbox_is_its_own_distribution(sandbox_wheel: zipfile.ZipFile) -> None:

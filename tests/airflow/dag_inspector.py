@@ -1,10 +1,12 @@
 """Loads `dags/` into Airflow DagBags, one per scenario, and prints what the tests assert on.
 
 Run as a subprocess (importing Airflow installs its own logging handlers, which must not leak
-into the rest of the test session). stdin: a JSON list of scenarios, each
-`{"env": {...}, "known_pools": [...] | null, "api_keys": [names]}`; stdout's last line: a JSON
-list with, per scenario, the import errors, every DAG's settings and tasks, and for each name
-in `api_keys` what the DAG's `guestdata_api_key` macro returns and whether logs would mask it.
+into the rest of the test session), by any interpreter with Airflow (the standard library
+only, besides). stdin: a JSON list of scenarios, each `{"env": {...}, "known_pools": [...] |
+null, "api_keys": [names], "dags_folder": path (default: this repository's dags/)}`; stdout's
+last line: a JSON list with, per scenario, the import errors, every DAG's settings and tasks,
+for each name in `api_keys` what the DAG's `guestdata_api_key` macro returns and whether logs
+would mask it, and the file the factory (`tap_guestdata.airflow`) was imported from.
 """
 
 from __future__ import annotations
@@ -97,7 +99,10 @@ def inspect(scenario: dict[str, Any]) -> dict[str, Any]:
     try:
         known_pools = scenario.get("known_pools")
         started = time.perf_counter()
-        bag = DagBag(dag_folder=DAGS_FOLDER, known_pools=set(known_pools) if known_pools else None)
+        bag = DagBag(
+            dag_folder=scenario.get("dags_folder", DAGS_FOLDER),
+            known_pools=set(known_pools) if known_pools else None,
+        )
         parse_seconds = time.perf_counter() - started
         subprocess.Popen.__init__ = real_popen_init  # type: ignore[method-assign]
         first_dag = next(iter(bag.dags.values()), None)
@@ -111,6 +116,7 @@ def inspect(scenario: dict[str, Any]) -> dict[str, Any]:
             "api_keys": {
                 name: call_macro(first_dag, name) for name in scenario.get("api_keys", [])
             },
+            "factory_file": getattr(sys.modules.get("tap_guestdata.airflow"), "__file__", None),
         }
     finally:
         subprocess.Popen.__init__ = real_popen_init  # type: ignore[method-assign]

@@ -49,10 +49,12 @@ def airflow_env(airflow_home: Path, extra: Mapping[str, str] | None = None) -> d
     return env
 
 
-def inspect_dags(airflow_home: Path, scenarios: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run `dag_inspector.py` on the scenarios (one subprocess for all of them)."""
+def inspect_dags(
+    airflow_home: Path, scenarios: list[dict[str, Any]], python: str = sys.executable
+) -> list[dict[str, Any]]:
+    """Run `dag_inspector.py` on the scenarios (one `python` subprocess for all of them)."""
     result = subprocess.run(
-        [sys.executable, str(HERE / "dag_inspector.py")],
+        [python, str(HERE / "dag_inspector.py")],
         input=json.dumps(scenarios),
         env=airflow_env(airflow_home),
         capture_output=True,

@@ -1,4 +1,4 @@
-"""Accounts as configuration, and keys spread over worker lanes (dags/guestdata_accounts.py).
+"""Accounts as configuration, and keys spread over worker lanes (tap_guestdata/airflow/accounts.py).
 
 Pure Python, no Airflow. The budget guarantees are checked the way Airflow would enforce them:
 a random scheduler starts and ends the planned tasks in any order, honouring only the pools
@@ -12,7 +12,10 @@ import json
 import random
 
 import pytest
-from guestdata_accounts import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tap_guestdata.airflow.accounts import (
     GROUPS,
     LANES_PER_QUEUE,
     PER_ADDRESS_PER_MINUTE,
@@ -28,8 +31,6 @@ from guestdata_accounts import (
     plan_tasks,
     pools,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def random_schedule(tasks: list[TaskSpec], seed: int) -> list[list[TaskSpec]]:

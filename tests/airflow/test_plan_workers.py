@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from guestdata_accounts import Lane, TaskSpec
 
 import plan_workers
 from plan_workers import Workload, planned_seconds, planned_tasks, simulate
+from tap_guestdata.airflow.accounts import Lane, TaskSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

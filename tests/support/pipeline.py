@@ -82,12 +82,12 @@ def throwaway_database(server: Destination, prefix: str) -> Iterator[str]:
 
 
 def run_in_project(
-    command: Sequence[str], env: Mapping[str, str], timeout: float
+    command: Sequence[str], env: Mapping[str, str], timeout: float, cwd: Path = PROJECT_ROOT
 ) -> subprocess.CompletedProcess[str]:
-    """`command` run from the project root with exactly `env`, output captured as text."""
+    """`command` run from the project root (or `cwd`) with exactly `env`, output as text."""
     return subprocess.run(
         [*command],
-        cwd=PROJECT_ROOT,
+        cwd=cwd,
         env=dict(env),
         capture_output=True,
         text=True,
@@ -106,17 +106,18 @@ def install_plugins(plugins: Sequence[str], scratch: Path) -> None:
 
 @dataclass
 class MeltanoProject:
-    """Runs `meltano` on the repo's project against one sandbox and one database."""
+    """Runs `meltano` on the repo's project (or the one in `root`) with one environment."""
 
     env: dict[str, str]
     log_dir: Path
+    root: Path = PROJECT_ROOT
 
     def run(
         self, *args: str, extra_env: Mapping[str, str] | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
         result = run_in_project(
-            [str(MELTANO), *args], {**self.env, **(extra_env or {})}, timeout=600
+            [str(MELTANO), *args], {**self.env, **(extra_env or {})}, timeout=600, cwd=self.root
         )
         elapsed = time.monotonic() - started
         log = self.log_dir / f"meltano-{time.time_ns()}.log"

@@ -1,0 +1,180 @@
+"""The DAGs' settings: `build_dags` arguments, Airflow Variables, environment, defaults.
+
+A setting `<name>` is read, first found wins, from Airflow Variable `guestdata_<name>` (which
+includes env `AIRFLOW_VAR_GUESTDATA_<NAME>`), env `GUESTDATA_<NAME>`, the `build_dags`
+argument, the default in `SETTINGS`. So the DAG file's arguments are its defaults and an
+operator can still change one without a deploy. Read when the DAG file is parsed: one Variable
+lookup each, no subprocess, and no failure without a metadata database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from airflow.sdk import Variable
+
+from tap_guestdata.airflow.accounts import AccountsConfig, parse_config
+
+# Setting name -> default. Lists are JSON lists or comma-separated; "none" as a schedule means
+# manual runs only.
+SETTINGS: dict[str, str] = {
+    # Where meltano.yml is, on the workers; empty: env MELTANO_PROJECT_ROOT (Meltano's own).
+    "project_root": "",
+    "meltano_bin": "meltano",
+    "meltano_environment": "prod",
+    "meltano_target": "target-postgres",
+    # Blocks run after the loader in the same `meltano run` (space-separated, or "none");
+    # "auto": this repository's timestamptz step (its meltano.yml) for target-postgres.
+    "meltano_after_load": "none",
+    # The models' build (space-separated blocks, or "none": no transform DAG); "auto": this
+    # repository's dbt utility (its meltano.yml) for target-postgres.
+    "meltano_transform": "none",
+    "transform_timeout_minutes": "60",
+    "schedule": "0 5 * * *",
+    "refresh_schedule": "0 3 * * 0",
+    "catchup": "false",
+    "api_key_variables": "",
+    "key_cooldown_seconds": "60",
+    "retries": "3",
+    "retry_delay_minutes": "5",
+    "max_retry_delay_minutes": "60",
+    "task_timeout_minutes": "180",
+    "refresh_timeout_minutes": "360",
+    "queue": "",
+    # Many accounts: JSON ({"queues": [...], "accounts": [...]}) or the path of a JSON file
+    # (relative to project_root); empty: one account, configured as above.
+    "accounts": "",
+}
+
+Reader = Callable[[str], str]
+
+
+def read_setting(name: str, defaults: Mapping[str, str] = SETTINGS) -> str:
+    """Variable `guestdata_<name>`, else env `GUESTDATA_<NAME>`, else `defaults[name]`."""
+    key = f"guestdata_{name}"
+    try:
+        value = Variable.get(key, default=None)
+    except Exception:  # no metadata database or API server (a bare import): use the fallbacks
+        value = None
+    if value in (None, ""):
+        value = os.environ.get(key.upper())
+    return defaults[name] if value in (None, "") else str(value).strip()
+
+
+def settings_reader(given: Mapping[str, object]) -> Reader:
+    """`read_setting` with `given` (the factory's arguments; None: not given) as the defaults."""
+    unknown = sorted(set(given) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"build_dags: unknown settings {unknown}; known: {sorted(SETTINGS)}")
+    defaults = dict(SETTINGS)
+    for name, value in given.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping):  # accounts, as the JSON document
+            defaults[name] = json.dumps(dict(value))
+        elif isinstance(value, list | tuple):  # api_key_variables, or accounts as a list
+            defaults[name] = json.dumps(list(value))
+        else:
+            defaults[name] = str(value)
+
+    def read(name: str) -> str:
+        return read_setting(name, defaults)
+
+    return read
+
+
+def parse_list(value: str) -> list[str]:
+    if value.startswith("["):
+        return [str(item).strip() for item in json.loads(value) if str(item).strip()]
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def blocks(value: str, target: str, postgres_default: str) -> tuple[str, ...]:
+    """Meltano blocks from a setting: "auto" (a default for target-postgres only) or "none"."""
+    if value == "auto":
+        return (postgres_default,) if target == "target-postgres" else ()
+    return () if value.lower() == "none" else tuple(value.split())
+
+
+def after_load(value: str, target: str) -> tuple[str, ...]:
+    return blocks(value, target, "guestdata-pg-types:timestamptz")
+
+
+def transform_blocks(value: str, target: str) -> tuple[str, ...]:
+    return blocks(value, target, "dbt-postgres:build")
+
+
+def project_root(value: str) -> str:
+    """The setting, else Meltano's own `MELTANO_PROJECT_ROOT`; the DAGs need one."""
+    root = value or os.environ.get("MELTANO_PROJECT_ROOT", "")
+    if not root:
+        raise ValueError(
+            "Meltano project root unknown: pass build_dags(project_root=...), or set the "
+            "Variable guestdata_project_root or env GUESTDATA_PROJECT_ROOT or MELTANO_PROJECT_ROOT"
+        )
+    return root
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    project_root: str
+    meltano_bin: str
+    environment: str
+    target: str
+    after_load: tuple[str, ...]
+    transform: tuple[str, ...]
+    schedule: str | None
+    refresh_schedule: str | None
+    catchup: bool
+    api_key_variables: tuple[str, ...]
+    key_cooldown_seconds: int
+    retries: int
+    retry_delay: timedelta
+    max_retry_delay: timedelta
+    task_timeout: timedelta
+    refresh_timeout: timedelta
+    transform_timeout: timedelta
+    queue: str | None
+    accounts: AccountsConfig | None = None
+
+    @classmethod
+    def load(cls, read: Reader = read_setting) -> PipelineConfig:
+        def schedule(value: str) -> str | None:
+            return None if value.lower() in ("none", "null", "manual") else value
+
+        root = project_root(read("project_root"))
+        return cls(
+            project_root=root,
+            meltano_bin=read("meltano_bin"),
+            environment=read("meltano_environment"),
+            target=read("meltano_target"),
+            after_load=after_load(read("meltano_after_load"), read("meltano_target")),
+            transform=transform_blocks(read("meltano_transform"), read("meltano_target")),
+            schedule=schedule(read("schedule")),
+            refresh_schedule=schedule(read("refresh_schedule")),
+            catchup=read("catchup").lower() in ("1", "true", "yes", "on"),
+            api_key_variables=tuple(parse_list(read("api_key_variables"))),
+            key_cooldown_seconds=int(read("key_cooldown_seconds")),
+            retries=int(read("retries")),
+            retry_delay=timedelta(minutes=float(read("retry_delay_minutes"))),
+            max_retry_delay=timedelta(minutes=float(read("max_retry_delay_minutes"))),
+            task_timeout=timedelta(minutes=float(read("task_timeout_minutes"))),
+            refresh_timeout=timedelta(minutes=float(read("refresh_timeout_minutes"))),
+            transform_timeout=timedelta(minutes=float(read("transform_timeout_minutes"))),
+            queue=read("queue") or None,
+            accounts=load_accounts(read("accounts"), root),
+        )
+
+
+def load_accounts(value: str, project_root: str) -> AccountsConfig | None:
+    """The accounts setting: inline JSON, or a JSON file (relative paths: the project root)."""
+    if not value:
+        return None
+    if not value.lstrip().startswith(("{", "[")):
+        value = (Path(project_root) / value).read_text()
+    return parse_config(value)

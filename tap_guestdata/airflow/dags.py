@@ -1,0 +1,433 @@
+"""Guest Data Read API -> warehouse with Meltano, for Airflow 3. Deployment: docs/airflow.md.
+
+Three DAGs:
+
+- `guestdata_meltano`: one `meltano run` per stream group (core, members, rewards, offers, stats),
+  in parallel. Each group is its own inheriting extractor in meltano.yml, so each has its own
+  state id (`<env>:tap-guestdata--<group>-to-<target>`) and can be cleared and re-run alone.
+- `guestdata_meltano_weekly_refresh`: `meltano run --full-refresh tap-guestdata--refresh`
+  (guests, daily stats): rows that change after they are first read (a guest's
+  `marketing_consent`, late visits in recent days) are read again in full once a week.
+- `guestdata_transform`: `dbt build` of transform/ (models and their checks). Each load task
+  publishes an Airflow asset for its group when it succeeds; this DAG is scheduled on those
+  assets: once all five daily groups have loaded, or the weekly refresh has.
+
+API keys and rate limits (spec 8: 120 requests per rolling minute per key): each task gets one
+key, round-robin over the keys configured, and runs in that key's pool `guestdata_api_key_<n>`
+(1 slot). A key is thus used by one running task at a time, whose own tap limits it to 120 a
+minute; the task keeps its slot for a cool-down after the run so the next holder of the key
+starts with an empty rolling minute.
+
+Many accounts: the setting `accounts` (JSON, or the path of a JSON file) lists them; each gets
+a task group in the daily DAG (or a DAG of its own when it has its own schedule), its own
+state id suffix and target schema, and its keys are spread over the worker queues' lanes by
+`accounts.py` (5 lanes of one slot per queue: 600 requests a minute per address).
+Without it the DAGs are the single-account ones described above.
+
+Settings (config.py): Airflow Variable `guestdata_<name>`, else env `GUESTDATA_<NAME>`, else
+the argument of `build_dags`, else the default; read when the DAG file is parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG, Asset, AssetAll, TaskGroup, Variable
+from airflow.sdk.log import mask_secret
+
+from tap_guestdata.airflow.accounts import (
+    DEFAULT_QUEUE,
+    GROUPS,
+    LANES_PER_QUEUE,
+    REFRESH_GROUP,
+    Account,
+    AccountsConfig,
+    TaskSpec,
+    plan_tasks,
+)
+from tap_guestdata.airflow.config import PipelineConfig, settings_reader
+
+DAG_ID = "guestdata_meltano"
+REFRESH_DAG_ID = "guestdata_meltano_weekly_refresh"
+TRANSFORM_DAG_ID = "guestdata_transform"
+EXTRACTOR = "tap-guestdata"
+POOL_PREFIX = "guestdata_api_key_"
+
+# Task id -> streams; the extractor is `tap-guestdata--<task id>` (meltano.yml).
+STREAM_GROUPS: dict[str, str] = {  # the groups of accounts.GROUPS, in that order
+    "core": "account, venues, guests",
+    "members": "members, member_ledger",
+    "rewards": "rewards, redemptions",
+    "offers": "programme, programme_venues, tiers, offers, offer_stats",
+    "stats": "daily_stats, daily_account_stats",
+}
+REFRESH_STREAMS = "guests, daily_stats, daily_account_stats"
+
+
+def raw_asset(group: str) -> Asset:
+    """What a load task publishes: the raw tables of its stream group (`<account>/<group>`
+    with many accounts), in the warehouse."""
+    name = group.replace("/", "_")
+    return Asset(name=f"guestdata_raw_{name}", uri=f"guestdata://raw/{group}", group="guestdata")
+
+
+MODELS_ASSET = Asset(name="guestdata_models", uri="guestdata://models", group="guestdata")
+
+
+def models_asset(account: str) -> Asset:
+    return Asset(
+        name=f"guestdata_models_{account}", uri=f"guestdata://models/{account}", group="guestdata"
+    )
+
+
+@dataclass(frozen=True)
+class KeySlot:
+    """Which API key a task uses, and the pool (1 slot) that makes it that key's only user."""
+
+    pool: str
+    key_variable: str | None  # None: no key pinned, Meltano's own config supplies it
+
+
+def assign_keys(task_ids: list[str], key_variables: tuple[str, ...]) -> dict[str, KeySlot]:
+    """Round-robin: task i gets key i mod N and pool `guestdata_api_key_<i mod N + 1>`."""
+    if not key_variables:
+        return {task_id: KeySlot(f"{POOL_PREFIX}1", None) for task_id in task_ids}
+    return {
+        task_id: KeySlot(
+            f"{POOL_PREFIX}{index % len(key_variables) + 1}",
+            key_variables[index % len(key_variables)],
+        )
+        for index, task_id in enumerate(task_ids)
+    }
+
+
+def api_key(name: str) -> str:
+    """Template macro, run on the worker: the key in Variable `name`, else env var `name`.
+
+    The value is registered with Airflow's secrets masker whatever the name, so it is redacted
+    from task logs and rendered-template views; errors name the variable, never the value.
+    """
+    try:
+        value = Variable.get(name, default=None)
+    except Exception:  # no API server (e.g. a local run): the worker's environment only
+        value = None
+    value = value or os.environ.get(name)
+    if not value:
+        raise ValueError(f"API key {name!r}: no Airflow Variable or environment variable so named")
+    mask_secret(value)
+    return value
+
+
+def meltano_command(
+    config: PipelineConfig,
+    group: str,
+    *,
+    full_refresh: bool,
+    key_pinned: bool,
+    state_id_suffix: str | None = None,
+) -> str:
+    run = [
+        config.meltano_bin,
+        f"--environment={config.environment}",
+        "run",
+        # Plugins are installed when the worker is deployed: parallel tasks on one machine must
+        # not race to install into the shared plugin virtualenvs.
+        "--no-install",
+        # One account's state ids must not meet another's: `...-to-<target>:<account>`.
+        *([f"--state-id-suffix={state_id_suffix}"] if state_id_suffix else []),
+        *(["--full-refresh"] if full_refresh else []),
+        f"{EXTRACTOR}--{group}",
+        config.target,
+        *config.after_load,
+    ]
+    lines = ["set -u"]
+    if key_pinned:
+        # The tap would otherwise spread requests over a key pool, past the one this task holds.
+        lines.append("unset TAP_GUESTDATA_API_KEYS")
+    lines.append(f"{shlex.join(run)} && status=0 || status=$?")
+    if config.key_cooldown_seconds > 0:
+        # spec 8: the 120/minute is a rolling minute; keep the pool slot until it has passed.
+        lines.append(f"sleep {config.key_cooldown_seconds}")
+    lines.append('exit "$status"')
+    return "\n".join(lines)
+
+
+def schema_variable(target: str) -> str:
+    """The loader's schema setting as an environment variable (Meltano: namespace_setting)."""
+    return f"{target.upper().replace('-', '_')}_DEFAULT_TARGET_SCHEMA"
+
+
+def meltano_task(
+    config: PipelineConfig,
+    group: str,
+    slot: KeySlot,
+    *,
+    full_refresh: bool = False,
+    timeout: timedelta,
+    streams: str,
+    account: Account | None = None,
+    queue: str | None = None,
+) -> BashOperator:
+    env: dict[str, str] = {}
+    if slot.key_variable:
+        # Rendered on the worker by `api_key` (masked); the DAG file holds only the name.
+        env["TAP_GUESTDATA_API_KEY"] = f"{{{{ guestdata_api_key({slot.key_variable!r}) }}}}"
+    if account is not None:
+        env[schema_variable(config.target)] = account.schema
+        if account.base_url:
+            env["TAP_GUESTDATA_BASE_URL"] = account.base_url
+    queue = queue or config.queue
+    where = f"account `{account.name}`, " if account else ""
+    return BashOperator(
+        task_id=group,
+        bash_command=meltano_command(
+            config,
+            group,
+            full_refresh=full_refresh,
+            key_pinned=slot.key_variable is not None,
+            state_id_suffix=account.state_id_suffix if account else None,
+        ),
+        cwd=config.project_root,
+        env=env or None,
+        append_env=True,  # PATH, MELTANO_DATABASE_URI, TARGET_POSTGRES_* from the worker
+        skip_on_exit_code=None,  # every non-zero exit is a failure (meltano never means "skip")
+        pool=slot.pool,
+        execution_timeout=timeout,
+        # Published only when the task succeeds: the transform DAG is scheduled on these.
+        outlets=[raw_asset(f"{account.name}/{group}" if account else group)],
+        doc_md=f"`meltano run {EXTRACTOR}--{group} {config.target}`: {streams}. "
+        f"{where}Key: {slot.key_variable or 'from Meltano config'}; pool `{slot.pool}`.",
+        **queue_argument(queue),
+    )
+
+
+def queue_argument(queue: str | None) -> dict[str, Any]:
+    """`queue=` only when set, so the operator keeps Airflow's configured default queue."""
+    return {"queue": queue} if queue else {}
+
+
+def transform_task(config: PipelineConfig, account: Account | None = None) -> BashOperator:
+    """`meltano run dbt-postgres:build`: no API calls, so no key and no key pool."""
+    run = [config.meltano_bin, f"--environment={config.environment}", "run", "--no-install"]
+    env = None
+    if account is not None:
+        env = {
+            # The models go next to the account's raw schema: <schema>_analytics.
+            schema_variable(config.target): account.schema,
+            # Builds of two accounts at once must not share dbt's target/ and logs/.
+            "DBT_TARGET_PATH": f"target/accounts/{account.name}",
+            "DBT_LOG_PATH": f"logs/accounts/{account.name}",
+        }
+    return BashOperator(
+        task_id="dbt_build",
+        bash_command=shlex.join([*run, *config.transform]),
+        cwd=config.project_root,
+        env=env,
+        append_env=True,  # TARGET_POSTGRES_* from the worker: the same database as the loads
+        skip_on_exit_code=None,
+        execution_timeout=config.transform_timeout,
+        outlets=[models_asset(account.name) if account else MODELS_ASSET],
+        doc_md="`dbt build` of transform/: staging, marts, and the reconciliation tests "
+        "(an error-severity failure fails the task; warnings are in its log).",
+        **queue_argument(config.queue),
+    )
+
+
+def common_arguments(config: PipelineConfig) -> dict[str, Any]:
+    return {
+        "start_date": datetime(2026, 1, 1, tzinfo=timezone.utc),
+        # Meltano state drives increments, so missed intervals need no runs of their own.
+        "catchup": config.catchup,
+        # Two runs of one group at once would race on its state id.
+        "max_active_runs": 1,
+        "dagrun_timeout": timedelta(hours=20),
+        "default_args": {
+            "owner": "data-engineering",
+            "retries": config.retries,
+            "retry_delay": config.retry_delay,
+            "retry_exponential_backoff": 2.0,
+            "max_retry_delay": config.max_retry_delay,
+        },
+        "user_defined_macros": {"guestdata_api_key": api_key},
+        "tags": ["guestdata", "meltano"],
+    }
+
+
+def single_account_dags(config: PipelineConfig) -> list[DAG]:
+    slots = assign_keys([*STREAM_GROUPS, REFRESH_GROUP], config.api_key_variables)
+    common = common_arguments(config)
+    with DAG(
+        DAG_ID,
+        schedule=config.schedule,
+        description="Guest Data API to the warehouse, one Meltano run per stream group",
+        doc_md=__doc__,
+        **common,
+    ) as incremental:
+        for group, streams in STREAM_GROUPS.items():
+            meltano_task(config, group, slots[group], timeout=config.task_timeout, streams=streams)
+    with DAG(
+        REFRESH_DAG_ID,
+        schedule=config.refresh_schedule,
+        description="Weekly full refresh of guests (marketing consent) and daily stats",
+        doc_md=__doc__,
+        **common,
+    ) as refresh:
+        meltano_task(
+            config,
+            REFRESH_GROUP,
+            slots[REFRESH_GROUP],
+            full_refresh=True,
+            timeout=config.refresh_timeout,
+            streams=REFRESH_STREAMS,
+        )
+    if not config.transform:
+        return [incremental, refresh]
+    with DAG(
+        TRANSFORM_DAG_ID,
+        # All five daily groups loaded since the last build, or the weekly refresh did.
+        schedule=AssetAll(*map(raw_asset, STREAM_GROUPS)) | raw_asset(REFRESH_GROUP),
+        description="dbt build of the models once the loads have published their assets",
+        doc_md=__doc__,
+        **{**common, "tags": ["guestdata", "meltano", "dbt"]},
+    ) as transform:
+        transform_task(config)
+    return [incremental, refresh, transform]
+
+
+def account_tasks(
+    config: PipelineConfig, account: Account, specs: list[TaskSpec], *, refresh: bool
+) -> None:
+    """The account's task group: its daily groups, or its refresh, each in its key's lane."""
+    with TaskGroup(account.name, tooltip=f"account {account.name}: schema {account.schema}"):
+        for spec in specs:
+            if (spec.group == REFRESH_GROUP) != refresh:
+                continue
+            queue = None if spec.lane.queue == DEFAULT_QUEUE else spec.lane.queue
+            meltano_task(
+                config,
+                spec.group,
+                KeySlot(spec.lane.pool, spec.key_variable),
+                full_refresh=refresh,
+                timeout=config.refresh_timeout if refresh else config.task_timeout,
+                streams=REFRESH_STREAMS if refresh else STREAM_GROUPS[spec.group],
+                account=account,
+                queue=queue,
+            )
+
+
+def account_dags(config: PipelineConfig, accounts: AccountsConfig) -> list[DAG]:
+    """Many accounts: the daily DAG holds a task group per account on the daily schedule; an
+    account with its own schedule gets `guestdata_meltano_<name>`; the weekly refresh holds a
+    group per account; each account that loads every group gets `guestdata_transform_<name>`.
+    Every task runs in the lane (pool, queue) of its key: see accounts.py."""
+    specs = plan_tasks(accounts)
+    by_account = {
+        account.name: [s for s in specs if s.account == account.name]
+        for account in accounts.accounts
+    }
+    # Every lane busy at once (Airflow's default cap is 16 running tasks per DAG).
+    common = {
+        **common_arguments(config),
+        "max_active_tasks": LANES_PER_QUEUE * len(accounts.queues),
+    }
+    dags: list[DAG] = []
+    shared = [a for a in accounts.accounts if a.schedule is None]
+    with DAG(
+        DAG_ID,
+        schedule=config.schedule,
+        description="Guest Data API to the warehouse: every account, one Meltano run per group",
+        doc_md=__doc__,
+        **common,
+    ) as daily:
+        for account in shared:
+            account_tasks(config, account, by_account[account.name], refresh=False)
+    if shared:
+        dags.append(daily)
+    for account in accounts.accounts:
+        if account.schedule is None:
+            continue
+        with DAG(
+            f"{DAG_ID}_{account.name}",
+            schedule=None if account.schedule.lower() == "none" else account.schedule,
+            description=f"Guest Data API to the warehouse: account {account.name}",
+            doc_md=__doc__,
+            **common,
+        ) as own:
+            account_tasks(config, account, by_account[account.name], refresh=False)
+        dags.append(own)
+    refreshed = [
+        a for a in accounts.accounts if any(s.group == REFRESH_GROUP for s in by_account[a.name])
+    ]
+    if refreshed:
+        with DAG(
+            REFRESH_DAG_ID,
+            schedule=config.refresh_schedule,
+            description="Weekly full refresh of guests and daily stats, every account",
+            doc_md=__doc__,
+            **common,
+        ) as refresh:
+            for account in refreshed:
+                account_tasks(config, account, by_account[account.name], refresh=True)
+        dags.append(refresh)
+    for account in accounts.accounts:
+        if not config.transform or set(account.groups) != set(GROUPS):
+            continue  # the models need every group's tables
+        loaded = AssetAll(*(raw_asset(f"{account.name}/{group}") for group in GROUPS))
+        schedule = loaded | raw_asset(f"{account.name}/{REFRESH_GROUP}")
+        with DAG(
+            f"{TRANSFORM_DAG_ID}_{account.name}",
+            schedule=schedule,
+            description=f"dbt build of account {account.name}'s models once its loads are in",
+            doc_md=__doc__,
+            **{**common, "tags": ["guestdata", "meltano", "dbt"]},
+        ) as transform:
+            transform_task(config, account)
+        dags.append(transform)
+    return dags
+
+
+def build_dags(
+    project_root: str | os.PathLike[str] | None = None,
+    *,
+    environment: str | None = None,
+    target: str | None = None,
+    accounts: str | Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    api_key_variables: str | Sequence[str] | None = None,
+    settings: Mapping[str, object] | None = None,
+) -> dict[str, DAG]:
+    """The Guest Data DAGs of a Meltano project, by DAG id; a DAG file puts them in its globals.
+
+    Args:
+        project_root: the Meltano project (meltano.yml) on the workers; default: Variable
+            `guestdata_project_root`, env `GUESTDATA_PROJECT_ROOT` or `MELTANO_PROJECT_ROOT`.
+        environment: the Meltano environment (`prod`).
+        target: the loader (`target-postgres`).
+        accounts: many accounts: the JSON document (or its path, relative to project_root,
+            or the parsed document); None: one account.
+        api_key_variables: names of the Variables (or worker env vars) holding the API keys;
+            each gets a pool of one slot, `guestdata_api_key_<n>` (with `accounts`: the lanes
+            of the queues, `guestdata_<queue>_lane_<n>`).
+        settings: any other setting of `config.SETTINGS` by name (`meltano_bin`, `schedule`...).
+
+    Each is a default: Variable `guestdata_<name>` or env `GUESTDATA_<NAME>` overrides it.
+    """
+    named = {
+        "project_root": project_root,
+        "meltano_environment": environment,
+        "meltano_target": target,
+        "accounts": accounts,
+        "api_key_variables": api_key_variables,
+    }
+    given = {**(settings or {}), **{k: v for k, v in named.items() if v is not None}}
+    config = PipelineConfig.load(settings_reader(given))
+    if config.accounts is None:
+        dags = single_account_dags(config)
+    else:
+        dags = account_dags(config, config.accounts)
+    return {dag.dag_id: dag for dag in dags}

@@ -1,0 +1,189 @@
+"""A user's own `dags/` file, the README's, builds today's DAGs from the installed package.
+
+The file lives in a folder of its own and only calls `tap_guestdata.airflow.build_dags`; the
+package is the release's wheel with the `airflow` extra, installed into a fresh virtualenv.
+Under every scenario of test_dags.py (plus the two Variables that ask for this repository's
+extra blocks) Airflow's DagBag finds the same DAGs, tasks, pools and settings as it finds in
+this repository's dags/; without those Variables the DAGs are the same less those blocks.
+The factory's other arguments (environment, target, keys, accounts, settings) give what the
+same Variables give, a Variable still beats an argument, and without a project root the file
+fails to import with the reason. The stream-group extractors docs/airflow.md tells a user to
+add are meltano.yml's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dag_testing import PROJECT_ROOT, inspect_dags
+from support.release import Release, fresh_venv
+from test_dags import ACCOUNTS, DAILY, GROUPS, LANE_POOLS, REFRESH, SCENARIOS, known_pools
+
+pytestmark = pytest.mark.airflow
+
+
+def readme_dags_file() -> tuple[str, str]:
+    """The DAG file of the README's "Use it in your own stack", and the project root it names."""
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    section = readme.split("## Use it in your own stack\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)\n *```", section, re.DOTALL)
+    (root,) = re.findall(r'project_root="([^"]+)"', block)
+    return textwrap.dedent(block) + "\n", root
+
+
+USER_DAGS_FILE, USER_PROJECT = readme_dags_file()
+# What this repository's dags/ file asks for by argument, asked for by an operator.
+THIS_PROJECTS_BLOCKS = {
+    "AIRFLOW_VAR_GUESTDATA_MELTANO_AFTER_LOAD": "auto",
+    "AIRFLOW_VAR_GUESTDATA_MELTANO_TRANSFORM": "auto",
+}
+
+
+@pytest.fixture(scope="module")
+def user_python(release: Release, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A fresh virtualenv with the wheel and its airflow extra, as an Airflow image would."""
+    venv = tmp_path_factory.mktemp("user-airflow") / "venv"
+    return str(fresh_venv(venv, f"{release.wheel}[airflow]"))
+
+
+def dags_folder(tmp_path_factory: pytest.TempPathFactory, text: str) -> Path:
+    folder = tmp_path_factory.mktemp("user-airflow") / "dags"
+    folder.mkdir()
+    (folder / "guestdata.py").write_text(text)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def user_dags(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return dags_folder(tmp_path_factory, USER_DAGS_FILE)
+
+
+def without_project_root(result: dict[str, Any]) -> dict[str, Any]:
+    """The result, less what differs by design: the project root (tasks' cwd) and timing."""
+    result = copy.deepcopy(result)
+    del result["parse_seconds"], result["factory_file"]
+    for dag in result["dags"].values():
+        for task in dag["tasks"].values():
+            if task["cwd"] in (USER_PROJECT, str(PROJECT_ROOT)):
+                task["cwd"] = "<project root>"
+    return result
+
+
+def test_a_users_dags_file_builds_todays_dags_tasks_and_pools(
+    user_python: str, user_dags: Path, airflow_home: Path
+) -> None:
+    ours = inspect_dags(airflow_home, list(SCENARIOS.values()))
+    theirs_scenarios = [
+        {
+            **scenario,
+            "env": {**THIS_PROJECTS_BLOCKS, **scenario["env"]},
+            "dags_folder": str(user_dags),
+        }
+        for scenario in SCENARIOS.values()
+    ]
+    theirs = inspect_dags(airflow_home, theirs_scenarios, python=user_python)
+    for name, mine, users in zip(SCENARIOS, ours, theirs, strict=True):
+        assert users["import_errors"] == {}, name
+        # The factory came from the fresh virtualenv, not from this checkout.
+        assert users["factory_file"].startswith(str(Path(user_python).parents[1])), name
+        assert without_project_root(users) == without_project_root(mine), name
+    defaults = theirs[list(SCENARIOS).index("defaults")]
+    tasks = defaults["dags"][DAILY]["tasks"]
+    assert {task["cwd"] for task in tasks.values()} == {USER_PROJECT}
+    assert sorted(defaults["dags"][DAILY]["tasks"]) == sorted(GROUPS)
+
+
+def test_without_this_projects_blocks_the_dags_load_and_stop(
+    user_python: str, user_dags: Path, airflow_home: Path
+) -> None:
+    """A user's project has no timestamptz step or dbt models of ours: by default the loads end
+    at the loader and there is no transform DAG."""
+    scenario = {**SCENARIOS["defaults"], "dags_folder": str(user_dags)}
+    (result,) = inspect_dags(airflow_home, [scenario], python=user_python)
+    assert result["import_errors"] == {}
+    assert result["dag_warnings"] == []
+    assert set(result["dags"]) == {DAILY, REFRESH}
+    for group, task in result["dags"][DAILY]["tasks"].items():
+        assert (
+            f"meltano --environment=prod run --no-install tap-guestdata--{group} target-postgres"
+            " && status=0"
+        ) in task["bash_command"]
+        assert task["pool"] == "guestdata_api_key_1"
+
+
+# build_dags arguments -> the environment variables that give this repository's dags/ the same.
+ARGUMENTS = {
+    "keys": (
+        'environment="dev", target="target-snowflake", api_key_variables=["k_one", "k_two"], '
+        'settings={"key_cooldown_seconds": 0, "catchup": True}',
+        {
+            "GUESTDATA_MELTANO_ENVIRONMENT": "dev",
+            "GUESTDATA_MELTANO_TARGET": "target-snowflake",
+            "GUESTDATA_API_KEY_VARIABLES": "k_one,k_two",
+            "GUESTDATA_KEY_COOLDOWN_SECONDS": "0",
+            "GUESTDATA_CATCHUP": "true",
+        },
+        known_pools(2),
+    ),
+    "accounts": (
+        f"accounts={ACCOUNTS!r}",
+        {"GUESTDATA_ACCOUNTS": json.dumps(ACCOUNTS)},
+        ["default_pool", *LANE_POOLS],
+    ),
+}
+
+
+def test_the_factorys_arguments_are_the_settings_and_variables_still_win(
+    user_python: str, airflow_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    ours, theirs = [], []
+    for arguments, env, pools in ARGUMENTS.values():
+        text = USER_DAGS_FILE.replace(
+            f'project_root="{USER_PROJECT}"', f'project_root="{USER_PROJECT}", {arguments}'
+        )
+        folder = dags_folder(tmp_path_factory, text)
+        ours.append({"env": {**env, **THIS_PROJECTS_BLOCKS}, "known_pools": pools})
+        theirs.append(
+            {"env": THIS_PROJECTS_BLOCKS, "known_pools": pools, "dags_folder": str(folder)}
+        )
+    # An operator's Variable beats the file's argument.
+    override = {"AIRFLOW_VAR_GUESTDATA_MELTANO_ENVIRONMENT": "staging"}
+    theirs.append({**theirs[0], "env": {**THIS_PROJECTS_BLOCKS, **override}})
+    # No project root anywhere: the file does not import, and says why.
+    rootless = dags_folder(
+        tmp_path_factory, USER_DAGS_FILE.replace(f'project_root="{USER_PROJECT}"', "")
+    )
+    theirs.append({"env": {}, "dags_folder": str(rootless)})
+    *results, overridden, unrooted = inspect_dags(airflow_home, theirs, python=user_python)
+    for name, mine, users in zip(ARGUMENTS, inspect_dags(airflow_home, ours), results, strict=True):
+        assert users["import_errors"] == {} and users["dag_warnings"] == [], name
+        assert without_project_root(users) == without_project_root(mine), name
+    command = overridden["dags"][DAILY]["tasks"]["core"]["bash_command"]
+    assert "meltano --environment=staging run" in command
+    (error,) = unrooted["import_errors"].values()
+    assert "Meltano project root unknown" in error and "MELTANO_PROJECT_ROOT" in error
+
+
+def test_the_docs_stream_group_extractors_are_meltano_ymls() -> None:
+    """What docs/airflow.md tells a user to add for the DAGs is what this project runs."""
+    docs = (PROJECT_ROOT / "docs" / "airflow.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)\n *```", docs, re.DOTALL)
+    (snippet,) = [block for block in blocks if "inherit_from: tap-guestdata" in block]
+    project = yaml.safe_load((PROJECT_ROOT / "meltano.yml").read_text())
+    groups = [
+        plugin
+        for plugin in project["plugins"]["extractors"]
+        if plugin.get("inherit_from") == "tap-guestdata"
+    ]
+    assert yaml.safe_load(textwrap.dedent(snippet)) == groups
+    assert [plugin["name"] for plugin in groups] == [
+        f"tap-guestdata--{group}" for group in [*GROUPS, "refresh"]
+    ]
