@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+import demo_pipeline
 from demo_pipeline import PROJECT_ROOT
-from support.pipeline import run_in_project
+from guestdata_sandbox.testing import SandboxProcess
+from support.pipeline import FAST_TAP, MeltanoProject, run_in_project
 
 DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" / "dbt"
 TRANSFORM = PROJECT_ROOT / "transform"
@@ -56,9 +59,13 @@ class Dbt:
     target_dir: Path
 
     def build(self, *args: str) -> DbtRun:
-        command = [str(DBT), "build", "--project-dir", str(TRANSFORM)]
+        return self.run("build", *args)
+
+    def run(self, *args: str, extra_env: dict[str, str] | None = None) -> DbtRun:
+        """`dbt ARGS` (a command and its options) on this project, database and target dir."""
+        command = [str(DBT), *args, "--project-dir", str(TRANSFORM)]
         command += ["--profiles-dir", str(TRANSFORM), "--target-path", str(self.target_dir)]
-        result = run_in_project([*command, *args], self.env, timeout=600)
+        result = run_in_project(command, {**self.env, **(extra_env or {})}, timeout=600)
         return DbtRun(
             result.returncode, result.stdout + result.stderr, read_results(self.target_dir)
         )
@@ -101,6 +108,27 @@ def dbt_env(destination: Any, database: str, raw_schema: str = RAW_SCHEMA) -> di
 def meltano_env_with_dbt_paths(env: dict[str, str], target_dir: Path) -> dict[str, str]:
     """Meltano's dbt writes into the test's own target dir (never the repo's transform/target)."""
     return {**env, "DBT_TARGET_PATH": str(target_dir), "DBT_LOG_PATH": str(target_dir / "logs")}
+
+
+def meltano_project(
+    sandbox: SandboxProcess,
+    destination: Any,
+    database: str,
+    target_dir: Path,
+    logs: Path,
+    **overrides: str,
+) -> MeltanoProject:
+    """The repo's Meltano project on this sandbox and database, with a state store of its own."""
+    env = demo_pipeline.meltano_env(
+        sandbox.base_url, destination, database, Path(tempfile.mkdtemp(dir=logs))
+    )
+    env.update({**FAST_TAP, **overrides})
+    return MeltanoProject(env=meltano_env_with_dbt_paths(env, target_dir), log_dir=logs)
+
+
+def query(conninfo: str, statement: str, *params: Any) -> list[tuple]:
+    with psycopg.connect(conninfo) as connection:
+        return connection.execute(statement, params).fetchall()
 
 
 def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:

@@ -9,7 +9,6 @@ full reload into a fresh database.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-import demo_pipeline
 from guestdata_sandbox.accounts import LIMITED_ACCESS_KEY, OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
@@ -35,9 +33,10 @@ from support.dbt import (
     expected_rewards,
     expected_venue_daily,
     mart_rows,
-    meltano_env_with_dbt_paths,
+    meltano_project,
+    query,
 )
-from support.pipeline import FAST_TAP, MeltanoProject
+from support.pipeline import MeltanoProject
 
 pytestmark = pytest.mark.e2e
 
@@ -54,22 +53,6 @@ def sandbox() -> Any:
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("dbt-target")
-
-
-def meltano_project(
-    sandbox: SandboxProcess,
-    destination: Any,
-    database: str,
-    target_dir: Path,
-    logs: Path,
-    **overrides: str,
-) -> MeltanoProject:
-    """The repo's Meltano project on this sandbox and database, with a state store of its own."""
-    env = demo_pipeline.meltano_env(
-        sandbox.base_url, destination, database, Path(tempfile.mkdtemp(dir=logs))
-    )
-    env.update({**FAST_TAP, **overrides})
-    return MeltanoProject(env=meltano_env_with_dbt_paths(env, target_dir), log_dir=logs)
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +80,6 @@ def dbt(pg_server: Any, e2e_database: str, target_dir: Path) -> Dbt:
 @pytest.fixture(scope="module")
 def conninfo(pg_server: Any, e2e_database: str) -> str:
     return pg_server.conninfo(e2e_database)
-
-
-def query(conninfo: str, statement: str, *params: Any) -> list[tuple]:
-    with psycopg.connect(conninfo) as connection:
-        return connection.execute(statement, params).fetchall()
 
 
 def test_the_job_builds_every_model_and_passes_every_test(
