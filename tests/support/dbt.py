@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from psycopg import sql
 
 import demo_pipeline
 from demo_pipeline import PROJECT_ROOT
+from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from support.pipeline import FAST_TAP, MeltanoProject, run_in_project
 
@@ -234,3 +236,71 @@ def expected_offer_funnel(truth: dict[str, Any]) -> dict[int, tuple]:
         stats["offer_id"]: tuple(stats[name] for name in OFFER_FUNNEL)
         for stats in truth["offer_stats"]
     }
+
+
+# ------------------------------------------------------------------ erasure on request
+# One reading of the erase command's output for the PostgreSQL and the Snowflake tests.
+
+# What erase_person touches for a person with arrivals and a membership, in its audit line's order.
+ERASED_TABLES = (
+    "guests",
+    "members",
+    "stg_guestdata__guests",
+    "stg_guestdata__members",
+    "dim_members",
+    "marketing_audience",
+)
+COUNTS = r"((?:\w+=\d+ ?)+)"  # table=rows ... (the line may run into other output)
+AUDIT_LINE = re.compile(
+    r"erasure ([0-9a-f]{32}) \((\w+), (\d+) identifiers suppressed\): " + COUNTS
+)
+
+
+@dataclass(frozen=True)
+class Person:
+    email: str
+    phones: frozenset[str]
+    member_id: int
+    arrivals: int
+
+
+def person_to_erase(sandbox: SandboxProcess) -> Person:
+    """The consenting guest with the most arrivals who is also a member (not anonymised)."""
+    truth = sandbox.truth(OWNER_KEYS[0])
+    members = {m["email"].lower(): m for m in truth["members"] if not m["anonymised_at"]}
+    arrivals: dict[str, list[dict]] = defaultdict(list)
+    for guest in truth["guests"]:
+        arrivals[guest["email"].lower()].append(guest)
+    email = max(
+        (e for e, rows in arrivals.items() if e in members and rows[0]["marketing_consent"]),
+        key=lambda e: (len(arrivals[e]), e),
+    )
+    member = members[email]
+    phones = frozenset({member["phone_e164"], *(guest["phone"] for guest in arrivals[email])})
+    return Person(email, phones, member["id"], len(arrivals[email]))
+
+
+def table_counts(text: str) -> dict[str, int]:
+    return {table: int(count) for table, count in (part.split("=") for part in text.split())}
+
+
+def audit_line(output: str) -> tuple[str, str, int, dict[str, int]]:
+    """erase_person's audit line: request hash, kind, identifiers suppressed, rows changed."""
+    ((request_hash, kind, identifiers, counts),) = AUDIT_LINE.findall(output)
+    return request_hash, kind, int(identifiers), table_counts(counts)
+
+
+def erased_again(output: str) -> dict[str, int]:
+    """The rows the build's on-run-start erased again (apply_erasures' line)."""
+    (counts,) = re.findall(r"erased again: " + COUNTS, output)
+    return table_counts(counts)
+
+
+def files_holding(folder: Path, values: list[str]) -> list[str]:
+    """Files under `folder` (dbt's logs and target/) that hold any of `values`, any case."""
+    found = []
+    for path in folder.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes().decode("utf-8", "replace").lower()
+            found += [f"{path}: {value}" for value in values if value.lower() in text]
+    return found

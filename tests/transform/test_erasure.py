@@ -11,25 +11,28 @@ them out; released, the refresh brings them back into the audience.
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from psycopg import sql
 
-from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
+    ERASED_TABLES,
     RAW_SCHEMA,
     Dbt,
     DbtRun,
+    Person,
     assert_every_model_built_and_every_test_passed,
+    audit_line,
     dbt_env,
+    erased_again,
+    files_holding,
     meltano_project,
+    person_to_erase,
     query,
 )
 from support.pipeline import MeltanoProject
@@ -48,24 +51,6 @@ REFRESH_LOAD_ONLY = (
     "target-postgres",
     "guestdata-pg-types:timestamptz",
 )
-# What the command touches when the person has arrivals and a membership (the audit line's order).
-TABLES = (
-    "guests",
-    "members",
-    "stg_guestdata__guests",
-    "stg_guestdata__members",
-    "dim_members",
-    "marketing_audience",
-)
-AUDIT = re.compile(r"erasure ([0-9a-f]{32}) \(email, (\d+) identifiers suppressed\): (.*)")
-
-
-@dataclass(frozen=True)
-class Person:
-    email: str
-    phones: frozenset[str]
-    member_id: int
-    arrivals: int
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +83,11 @@ def loaded(
 
 
 @pytest.fixture(scope="module")
+def person(sandbox: SandboxProcess) -> Person:
+    return person_to_erase(sandbox)
+
+
+@pytest.fixture(scope="module")
 def dbt(pg_server: Any, e2e_database: str, target_dir: Path) -> Dbt:
     env = dbt_env(pg_server, e2e_database)
     env.update(GUESTDATA_ERASURE_SALT=SALT, DBT_LOG_PATH=str(target_dir / "logs"))
@@ -107,23 +97,6 @@ def dbt(pg_server: Any, e2e_database: str, target_dir: Path) -> Dbt:
 @pytest.fixture(scope="module")
 def conninfo(pg_server: Any, e2e_database: str) -> str:
     return pg_server.conninfo(e2e_database)
-
-
-@pytest.fixture(scope="module")
-def person(sandbox: SandboxProcess) -> Person:
-    """The consenting guest with the most arrivals who is also a member (not anonymised)."""
-    truth = sandbox.truth(OWNER_KEYS[0])
-    members = {m["email"].lower(): m for m in truth["members"] if not m["anonymised_at"]}
-    arrivals: dict[str, list[dict]] = {}
-    for guest in truth["guests"]:
-        arrivals.setdefault(guest["email"].lower(), []).append(guest)
-    email = max(
-        (e for e, rows in arrivals.items() if e in members and rows[0]["marketing_consent"]),
-        key=lambda e: (len(arrivals[e]), e),
-    )
-    member = members[email]
-    phones = frozenset({member["phone_e164"], *(guest["phone"] for guest in arrivals[email])})
-    return Person(email, phones, member["id"], len(arrivals[email]))
 
 
 def rows_holding(conninfo: str, person: Person) -> dict[str, int]:
@@ -177,28 +150,6 @@ def erase(dbt: Dbt, identifier: str) -> DbtRun:
     return run
 
 
-def audit_counts(output: str) -> tuple[str, int, dict[str, int]]:
-    """The audit line: request hash, identifiers suppressed, rows changed per table."""
-    (line,) = AUDIT.findall(output)
-    counts = {table: int(count) for table, count in (p.split("=") for p in line[2].split())}
-    return line[0], int(line[1]), counts
-
-
-def erased_again(output: str) -> dict[str, int]:
-    """The counts of the line apply_erasures logs at the start of a build."""
-    (line,) = re.findall(r"erased again: ((?:\w+=\d+ ?)+)", output)
-    return {table: int(count) for table, count in (part.split("=") for part in line.split())}
-
-
-def files_holding(folder: Path, values: list[str]) -> list[str]:
-    found = []
-    for path in folder.rglob("*"):
-        if path.is_file():
-            text = path.read_bytes().decode("utf-8", "replace").lower()
-            found += [f"{path}: {v}" for v in values if v.lower() in text]
-    return found
-
-
 def test_erase_person_removes_the_email_and_phone_from_every_table_and_names_no_one(
     loaded: MeltanoProject, dbt: Dbt, conninfo: str, person: Person, target_dir: Path
 ) -> None:
@@ -214,9 +165,10 @@ def test_erase_person_removes_the_email_and_phone_from_every_table_and_names_no_
     # Upper case and spaces: the command normalises the email as the rows are normalised.
     run = erase(dbt, f"  {person.email.upper()} ")
     assert rows_holding(conninfo, person) == {}
-    request_hash, identifiers, counts = audit_counts(run.output)
+    request_hash, kind, identifiers, counts = audit_line(run.output)
+    assert kind == "email"
     assert counts == before  # every row that held the person changed, and no other row
-    assert list(counts) == list(TABLES)
+    assert list(counts) == list(ERASED_TABLES)
     # The email, each phone, every arrival's id and the member id.
     assert identifiers == 1 + len(person.phones) + person.arrivals + 1
     assert query(
@@ -249,8 +201,7 @@ def test_a_second_erase_changes_nothing(
 ) -> None:
     before = every_table(conninfo)
     run = erase(dbt, person.email)
-    _, _, counts = audit_counts(run.output)
-    assert counts == dict.fromkeys(TABLES, 0)
+    assert audit_line(run.output)[3] == dict.fromkeys(ERASED_TABLES, 0)
     assert every_table(conninfo) == before
 
 
