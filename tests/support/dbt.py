@@ -30,6 +30,7 @@ from support.pipeline import FAST_TAP, MeltanoProject, run_in_project
 DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" / "dbt"
 TRANSFORM = PROJECT_ROOT / "transform"
 RAW_SCHEMA = "guestdata"
+RUN_ALL = ("--environment=dev", "run", "guestdata-to-postgres")  # the daily job: load, dbt build
 MARTS = (
     "fct_venue_daily",
     "dim_members",
@@ -241,15 +242,6 @@ def expected_offer_funnel(truth: dict[str, Any]) -> dict[int, tuple]:
 # ------------------------------------------------------------------ erasure on request
 # One reading of the erase command's output for the PostgreSQL and the Snowflake tests.
 
-# What erase_person touches for a person with arrivals and a membership, in its audit line's order.
-ERASED_TABLES = (
-    "guests",
-    "members",
-    "stg_guestdata__guests",
-    "stg_guestdata__members",
-    "dim_members",
-    "marketing_audience",
-)
 COUNTS = r"((?:\w+=\d+ ?)+)"  # table=rows ... (the line may run into other output)
 AUDIT_LINE = re.compile(
     r"erasure ([0-9a-f]{32}) \((\w+), (\d+) identifiers suppressed\): " + COUNTS
@@ -262,6 +254,18 @@ class Person:
     phones: frozenset[str]
     member_id: int
     arrivals: int
+
+    def rows_per_table(self) -> dict[str, int]:
+        """The tables that hold this consenting guest and member after a build, and how many
+        rows: what erase_person's audit line counts, in its order."""
+        return {
+            "guests": self.arrivals,
+            "members": 1,
+            "stg_guestdata__guests": self.arrivals,
+            "stg_guestdata__members": 1,
+            "dim_members": 1,
+            "marketing_audience": 1,
+        }
 
 
 def person_to_erase(sandbox: SandboxProcess) -> Person:

@@ -24,9 +24,9 @@ from support.dbt import (
     OFFER_FUNNEL,
     RAW_SCHEMA,
     RECONCILIATIONS,
+    RUN_ALL,
     Dbt,
     assert_every_model_built_and_every_test_passed,
-    dbt_env,
     expected_audience,
     expected_members,
     expected_offer_funnel,
@@ -41,45 +41,6 @@ from support.pipeline import MeltanoProject
 pytestmark = pytest.mark.e2e
 
 MODELS_SCHEMA = f"{RAW_SCHEMA}_analytics"
-RUN_ALL = ("--environment=dev", "run", "guestdata-to-postgres")
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Any:
-    with SandboxProcess(size="small", seed=31, limits=False) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("dbt-target")
-
-
-@pytest.fixture(scope="module")
-def loaded(
-    meltano_installed: None,
-    sandbox: SandboxProcess,
-    pg_server: Any,
-    e2e_database: str,
-    target_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> MeltanoProject:
-    """The job users run: every stream, the timestamptz step, then dbt build."""
-    project = meltano_project(
-        sandbox, pg_server, e2e_database, target_dir, tmp_path_factory.mktemp("logs")
-    )
-    project.run(*RUN_ALL)
-    return project
-
-
-@pytest.fixture(scope="module")
-def dbt(pg_server: Any, e2e_database: str, target_dir: Path) -> Dbt:
-    return Dbt(env=dbt_env(pg_server, e2e_database), target_dir=target_dir)
-
-
-@pytest.fixture(scope="module")
-def conninfo(pg_server: Any, e2e_database: str) -> str:
-    return pg_server.conninfo(e2e_database)
 
 
 def test_the_job_builds_every_model_and_passes_every_test(

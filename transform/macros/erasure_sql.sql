@@ -121,13 +121,18 @@ md5('{{ salt }}' || {{ normalised_expression }})
   {%- endif -%}
 {%- endmacro %}
 
-{#- For a staging model: the keys of rows erased on request, whether the erasure was already
-    applied to the raw row (its email is the placeholder) or not yet (its hashes are suppressed,
-    e.g. a load wrote the person again while dbt ran). -#}
-{% macro erasure_erased_keys(rows, key, email, phone, id_kind) -%}
+{#- For a staging model: `rows` with is_erased, true for a person erased on request, whether the
+    erasure was already applied to the raw row (its email is the placeholder) or not yet (its
+    hashes are suppressed, e.g. a load wrote the person again while dbt ran). -#}
+{% macro with_erasure_flag(rows, key, email, phone, id_kind) -%}
   {%- set context = erasure_context() -%}
-select distinct {{ key }} as erased_key
+select {{ rows }}.*, erased.erased_key is not null as is_erased
 from {{ rows }}
-where {{ email }} = {{ erasure_placeholder() }}
-    or {{ erasure_match(context, email=email, phone=phone, row_id=key, id_kind=id_kind) }}
+left join (
+    select distinct {{ key }} as erased_key
+    from {{ rows }}
+    where {{ email }} = {{ erasure_placeholder() }}
+        or {{ erasure_match(context, email=email, phone=phone, row_id=key, id_kind=id_kind) }}
+) as erased
+    on erased.erased_key = {{ rows }}.{{ key }}
 {%- endmacro %}

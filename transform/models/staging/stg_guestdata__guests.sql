@@ -3,13 +3,7 @@
 -- even when a load wrote them again after the erasure (macros/erasure_sql.sql).
 with guests as ({{ latest_rows('guests', ['id']) }}),
 
-erased as ({{ erasure_erased_keys('guests', 'id', 'email', 'phone', 'guest_id') }}),
-
-arrivals as (
-    select guests.*, erased.erased_key is not null as is_erased
-    from guests
-    left join erased on erased.erased_key = guests.id
-)
+arrivals as ({{ with_erasure_flag('guests', 'id', 'email', 'phone', 'guest_id') }})
 
 select
     cast(id as {{ dbt.type_bigint() }}) as guest_visit_id,

@@ -2,13 +2,7 @@
 -- when a load wrote them again after the erasure (macros/erasure_sql.sql).
 with members as ({{ latest_rows('members', ['id']) }}),
 
-erased as ({{ erasure_erased_keys('members', 'id', 'email', 'phone_e164', 'member_id') }}),
-
-people as (
-    select members.*, erased.erased_key is not null as is_erased
-    from members
-    left join erased on erased.erased_key = members.id
-)
+people as ({{ with_erasure_flag('members', 'id', 'email', 'phone_e164', 'member_id') }})
 
 select
     cast(id as {{ dbt.type_bigint() }}) as member_id,
