@@ -7,8 +7,9 @@ and a throwaway Meltano state; `FakesnowWarehouse` reads the databases back thro
 so queries are Snowflake SQL and types are Snowflake's.
 
 Reuse (e.g. dbt-snowflake models): `snowflake_pipeline` loads the databases once per module
-(`pipeline.run()`), `pipeline.warehouse.query(sql)` reads them, and in any venv that has
-`tests/snowflake/guestdata_fakesnow` installed beside a Snowflake client,
+(`pipeline.run()`), `built` loads them and builds the models (the job with dbt; its
+run_results.json in `dbt_target`), `pipeline.warehouse.query(sql)` reads them, and in any venv
+that has `tests/snowflake/guestdata_fakesnow` installed beside a Snowflake client,
 `guestdata-fakesnow run --db-path <pipeline.warehouse.db_path> dbt build ...` runs that client
 on the same databases.
 """
@@ -23,6 +24,8 @@ import pytest
 import demo_pipeline
 from guestdata_sandbox.testing import SandboxProcess
 from support.snowflake_pipeline import (
+    DBT_JOB,
+    DBT_UTILITY,
     LOADER,
     PLUGINS,
     PROJECT_ROOT,
@@ -73,3 +76,30 @@ def snowflake_pipeline(
         warehouse=FakesnowWarehouse(db_path=scratch / "databases", venv=fakesnow_venv),
         statement_log=scratch / "statements.jsonl",
     )
+
+
+@pytest.fixture(scope="module")
+def dbt_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dbt-snowflake-target")
+
+
+@pytest.fixture(scope="module")
+def built(snowflake_pipeline: SnowflakePipeline, dbt_target: Path) -> SnowflakePipeline:
+    """The load, then dbt build, as one Meltano job on this module's databases."""
+    env = snowflake_pipeline.env
+    for name in [
+        name for name in env if name.startswith(("DBT_", "GUESTDATA_DBT", "GUESTDATA_ERAS"))
+    ]:
+        del env[name]  # a user's dbt settings (or erasure salt) must not redirect the build
+    env.update(
+        {
+            "DBT_SNOWFLAKE__FAKESNOW_FAKESNOW_DB_PATH": str(snowflake_pipeline.warehouse.db_path),
+            # The test's own target dir (never the repo's transform/target): run_results.json.
+            "DBT_TARGET_PATH": str(dbt_target),
+            "DBT_LOG_PATH": str(dbt_target / "logs"),
+            "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+        }
+    )
+    demo_pipeline.run_meltano(["install", DBT_UTILITY], env, snowflake_pipeline.log_path)
+    snowflake_pipeline.run(*DBT_JOB)
+    return snowflake_pipeline

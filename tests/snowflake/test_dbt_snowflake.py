@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-import demo_pipeline
 from support.dbt import (
     MARTS,
     MODEL_COUNT,
@@ -35,8 +34,6 @@ from support.snowflake_pipeline import SnowflakePipeline
 
 pytestmark = pytest.mark.snowflake
 
-UTILITY = "dbt-snowflake--fakesnow"
-JOB = ("--environment=dev", "run", "guestdata-to-snowflake-fakesnow-dbt")
 MODELS = "GUESTDATA_ANALYTICS"  # <default_target_schema>_ANALYTICS (transform/profiles.yml)
 # macro -> (its Snowflake form, its PostgreSQL form) as they appear in compiled SQL.
 DISPATCHED = {
@@ -49,31 +46,6 @@ DISPATCHED = {
     ),
     "seconds_between": (r"\bdatediff\(second, ", r"extract\(epoch"),
 }
-
-
-@pytest.fixture(scope="module")
-def dbt_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("dbt-snowflake-target")
-
-
-@pytest.fixture(scope="module")
-def built(snowflake_pipeline: SnowflakePipeline, dbt_target: Path) -> SnowflakePipeline:
-    """The load, then dbt build, as one Meltano job on this module's databases."""
-    env = snowflake_pipeline.env
-    for name in [name for name in env if name.startswith(("DBT_", "GUESTDATA_DBT"))]:
-        del env[name]  # a user's dbt settings must not redirect the build
-    env.update(
-        {
-            "DBT_SNOWFLAKE__FAKESNOW_FAKESNOW_DB_PATH": str(snowflake_pipeline.warehouse.db_path),
-            # The test's own target dir (never the repo's transform/target): run_results.json.
-            "DBT_TARGET_PATH": str(dbt_target),
-            "DBT_LOG_PATH": str(dbt_target / "logs"),
-            "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-        }
-    )
-    demo_pipeline.run_meltano(["install", UTILITY], env, snowflake_pipeline.log_path)
-    snowflake_pipeline.run(*JOB)
-    return snowflake_pipeline
 
 
 def compiled_models(dbt_target: Path) -> dict[str, str]:

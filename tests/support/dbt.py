@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +21,16 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+import demo_pipeline
 from demo_pipeline import PROJECT_ROOT
-from support.pipeline import run_in_project
+from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.testing import SandboxProcess
+from support.pipeline import FAST_TAP, MeltanoProject, run_in_project
 
 DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" / "dbt"
 TRANSFORM = PROJECT_ROOT / "transform"
 RAW_SCHEMA = "guestdata"
+RUN_ALL = ("--environment=dev", "run", "guestdata-to-postgres")  # the daily job: load, dbt build
 MARTS = (
     "fct_venue_daily",
     "dim_members",
@@ -56,9 +62,13 @@ class Dbt:
     target_dir: Path
 
     def build(self, *args: str) -> DbtRun:
-        command = [str(DBT), "build", "--project-dir", str(TRANSFORM)]
+        return self.run("build", *args)
+
+    def run(self, *args: str, extra_env: dict[str, str] | None = None) -> DbtRun:
+        """`dbt ARGS` (a command and its options) on this project, database and target dir."""
+        command = [str(DBT), *args, "--project-dir", str(TRANSFORM)]
         command += ["--profiles-dir", str(TRANSFORM), "--target-path", str(self.target_dir)]
-        result = run_in_project([*command, *args], self.env, timeout=600)
+        result = run_in_project(command, {**self.env, **(extra_env or {})}, timeout=600)
         return DbtRun(
             result.returncode, result.stdout + result.stderr, read_results(self.target_dir)
         )
@@ -101,6 +111,27 @@ def dbt_env(destination: Any, database: str, raw_schema: str = RAW_SCHEMA) -> di
 def meltano_env_with_dbt_paths(env: dict[str, str], target_dir: Path) -> dict[str, str]:
     """Meltano's dbt writes into the test's own target dir (never the repo's transform/target)."""
     return {**env, "DBT_TARGET_PATH": str(target_dir), "DBT_LOG_PATH": str(target_dir / "logs")}
+
+
+def meltano_project(
+    sandbox: SandboxProcess,
+    destination: Any,
+    database: str,
+    target_dir: Path,
+    logs: Path,
+    **overrides: str,
+) -> MeltanoProject:
+    """The repo's Meltano project on this sandbox and database, with a state store of its own."""
+    env = demo_pipeline.meltano_env(
+        sandbox.base_url, destination, database, Path(tempfile.mkdtemp(dir=logs))
+    )
+    env.update({**FAST_TAP, **overrides})
+    return MeltanoProject(env=meltano_env_with_dbt_paths(env, target_dir), log_dir=logs)
+
+
+def query(conninfo: str, statement: str, *params: Any) -> list[tuple]:
+    with psycopg.connect(conninfo) as connection:
+        return connection.execute(statement, params).fetchall()
 
 
 def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:
@@ -206,3 +237,74 @@ def expected_offer_funnel(truth: dict[str, Any]) -> dict[int, tuple]:
         stats["offer_id"]: tuple(stats[name] for name in OFFER_FUNNEL)
         for stats in truth["offer_stats"]
     }
+
+
+# ------------------------------------------------------------------ erasure on request
+# One reading of the erase command's output for the PostgreSQL and the Snowflake tests.
+
+COUNTS = r"((?:\w+=\d+ ?)+)"  # table=rows ... (the line may run into other output)
+AUDIT_LINE = re.compile(
+    r"erasure ([0-9a-f]{32}) \((\w+), (\d+) identifiers suppressed\): " + COUNTS
+)
+
+
+@dataclass(frozen=True)
+class Person:
+    email: str
+    phones: frozenset[str]
+    member_id: int
+    arrivals: int
+
+    def rows_per_table(self) -> dict[str, int]:
+        """The tables that hold this consenting guest and member after a build, and how many
+        rows: what erase_person's audit line counts, in its order."""
+        return {
+            "guests": self.arrivals,
+            "members": 1,
+            "stg_guestdata__guests": self.arrivals,
+            "stg_guestdata__members": 1,
+            "dim_members": 1,
+            "marketing_audience": 1,
+        }
+
+
+def person_to_erase(sandbox: SandboxProcess) -> Person:
+    """The consenting guest with the most arrivals who is also a member (not anonymised)."""
+    truth = sandbox.truth(OWNER_KEYS[0])
+    members = {m["email"].lower(): m for m in truth["members"] if not m["anonymised_at"]}
+    arrivals: dict[str, list[dict]] = defaultdict(list)
+    for guest in truth["guests"]:
+        arrivals[guest["email"].lower()].append(guest)
+    email = max(
+        (e for e, rows in arrivals.items() if e in members and rows[0]["marketing_consent"]),
+        key=lambda e: (len(arrivals[e]), e),
+    )
+    member = members[email]
+    phones = frozenset({member["phone_e164"], *(guest["phone"] for guest in arrivals[email])})
+    return Person(email, phones, member["id"], len(arrivals[email]))
+
+
+def table_counts(text: str) -> dict[str, int]:
+    return {table: int(count) for table, count in (part.split("=") for part in text.split())}
+
+
+def audit_line(output: str) -> tuple[str, str, int, dict[str, int]]:
+    """erase_person's audit line: request hash, kind, identifiers suppressed, rows changed."""
+    ((request_hash, kind, identifiers, counts),) = AUDIT_LINE.findall(output)
+    return request_hash, kind, int(identifiers), table_counts(counts)
+
+
+def erased_again(output: str) -> dict[str, int]:
+    """The rows the build's on-run-start erased again (apply_erasures' line)."""
+    (counts,) = re.findall(r"erased again: " + COUNTS, output)
+    return table_counts(counts)
+
+
+def files_holding(folder: Path, values: list[str]) -> list[str]:
+    """Files under `folder` (dbt's logs and target/) that hold any of `values`, any case."""
+    found = []
+    for path in folder.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes().decode("utf-8", "replace").lower()
+            found += [f"{path}: {value}" for value in values if value.lower() in text]
+    return found

@@ -21,6 +21,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOADER = "target-snowflake--fakesnow"
 PLUGINS = ("tap-guestdata", LOADER)
 JOB = ("--environment=dev", "run", "guestdata-to-snowflake-fakesnow")
+# The same load, then dbt build by dbt-snowflake under fakesnow.
+DBT_UTILITY = "dbt-snowflake--fakesnow"
+DBT_JOB = ("--environment=dev", "run", "guestdata-to-snowflake-fakesnow-dbt")
 DATABASE = "RAW"  # meltano.yml: target-snowflake--fakesnow's database
 SCHEMA = "GUESTDATA"  # meltano.yml: target-snowflake's default_target_schema
 STATEMENT_LOG = "GUESTDATA_FAKESNOW_STATEMENT_LOG"

@@ -1,15 +1,28 @@
 """Fixtures of the dbt tests (helpers in support/dbt.py; the PostgreSQL server, the session's
-database and the plugin install are support.pipeline's, registered in tests/conftest.py)."""
+database and the plugin install are support.pipeline's, registered in tests/conftest.py).
+
+Each module gets its own sandbox, database and load (`loaded`: the job users run, ending with
+dbt build) and a `dbt` runner on it; a module that needs more in the environment of both
+overrides `run_env`.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support.pipeline import create_database, drop_database, throwaway_database
+from guestdata_sandbox.testing import SandboxProcess
+from support.dbt import RUN_ALL, Dbt, dbt_env, meltano_project
+from support.pipeline import (
+    MeltanoProject,
+    create_database,
+    drop_database,
+    throwaway_database,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,3 +45,50 @@ def scratch_database(pg_server: Any) -> Iterator[Any]:
     yield create
     for name in created:
         drop_database(pg_server, name)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SandboxProcess]:
+    with SandboxProcess(size="small", seed=31, limits=False) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def run_env() -> dict[str, str]:
+    """Extra environment for the module's Meltano runs and dbt runs."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dbt-target")
+
+
+@pytest.fixture(scope="module")
+def loaded(
+    meltano_installed: None,
+    sandbox: SandboxProcess,
+    pg_server: Any,
+    e2e_database: str,
+    target_dir: Path,
+    run_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> MeltanoProject:
+    """The job users run: every stream, the timestamptz step, then dbt build."""
+    logs = tmp_path_factory.mktemp("logs")
+    project = meltano_project(sandbox, pg_server, e2e_database, target_dir, logs, **run_env)
+    project.run(*RUN_ALL)
+    return project
+
+
+@pytest.fixture(scope="module")
+def dbt(pg_server: Any, e2e_database: str, target_dir: Path, run_env: dict[str, str]) -> Dbt:
+    """dbt on the module's database; its logs beside run_results.json, not in transform/."""
+    env = {**dbt_env(pg_server, e2e_database), **run_env}
+    env["DBT_LOG_PATH"] = str(target_dir / "logs")
+    return Dbt(env=env, target_dir=target_dir)
+
+
+@pytest.fixture(scope="module")
+def conninfo(pg_server: Any, e2e_database: str) -> str:
+    return pg_server.conninfo(e2e_database)

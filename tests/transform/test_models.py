@@ -9,7 +9,6 @@ full reload into a fresh database.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,6 @@ import psycopg
 import pytest
 from psycopg import sql
 
-import demo_pipeline
 from guestdata_sandbox.accounts import LIMITED_ACCESS_KEY, OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
@@ -26,82 +24,23 @@ from support.dbt import (
     OFFER_FUNNEL,
     RAW_SCHEMA,
     RECONCILIATIONS,
+    RUN_ALL,
     Dbt,
     assert_every_model_built_and_every_test_passed,
-    dbt_env,
     expected_audience,
     expected_members,
     expected_offer_funnel,
     expected_rewards,
     expected_venue_daily,
     mart_rows,
-    meltano_env_with_dbt_paths,
+    meltano_project,
+    query,
 )
-from support.pipeline import FAST_TAP, MeltanoProject
+from support.pipeline import MeltanoProject
 
 pytestmark = pytest.mark.e2e
 
 MODELS_SCHEMA = f"{RAW_SCHEMA}_analytics"
-RUN_ALL = ("--environment=dev", "run", "guestdata-to-postgres")
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Any:
-    with SandboxProcess(size="small", seed=31, limits=False) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("dbt-target")
-
-
-def meltano_project(
-    sandbox: SandboxProcess,
-    destination: Any,
-    database: str,
-    target_dir: Path,
-    logs: Path,
-    **overrides: str,
-) -> MeltanoProject:
-    """The repo's Meltano project on this sandbox and database, with a state store of its own."""
-    env = demo_pipeline.meltano_env(
-        sandbox.base_url, destination, database, Path(tempfile.mkdtemp(dir=logs))
-    )
-    env.update({**FAST_TAP, **overrides})
-    return MeltanoProject(env=meltano_env_with_dbt_paths(env, target_dir), log_dir=logs)
-
-
-@pytest.fixture(scope="module")
-def loaded(
-    meltano_installed: None,
-    sandbox: SandboxProcess,
-    pg_server: Any,
-    e2e_database: str,
-    target_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> MeltanoProject:
-    """The job users run: every stream, the timestamptz step, then dbt build."""
-    project = meltano_project(
-        sandbox, pg_server, e2e_database, target_dir, tmp_path_factory.mktemp("logs")
-    )
-    project.run(*RUN_ALL)
-    return project
-
-
-@pytest.fixture(scope="module")
-def dbt(pg_server: Any, e2e_database: str, target_dir: Path) -> Dbt:
-    return Dbt(env=dbt_env(pg_server, e2e_database), target_dir=target_dir)
-
-
-@pytest.fixture(scope="module")
-def conninfo(pg_server: Any, e2e_database: str) -> str:
-    return pg_server.conninfo(e2e_database)
-
-
-def query(conninfo: str, statement: str, *params: Any) -> list[tuple]:
-    with psycopg.connect(conninfo) as connection:
-        return connection.execute(statement, params).fetchall()
 
 
 def test_the_job_builds_every_model_and_passes_every_test(

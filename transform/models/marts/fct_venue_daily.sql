@@ -41,7 +41,9 @@ from_guests as (
         count(*) as visits,
         count(distinct contact_key) as unique_guests,
         sum(case when has_marketing_consent then 1 else 0 end) as marketing_opt_ins,
-        sum(case when is_return_visit then 1 else 0 end) as return_visits
+        sum(case when is_return_visit then 1 else 0 end) as return_visits,
+        -- arrivals of people erased on request: counted as visits, no longer as people
+        sum(case when is_erased then 1 else 0 end) as erased_visits
     from guests
     group by venue_id, visited_on
 ),
@@ -58,6 +60,7 @@ select
     coalesce(from_guests.unique_guests, 0) as unique_guests,
     coalesce(from_guests.marketing_opt_ins, 0) as marketing_opt_ins,
     coalesce(from_guests.return_visits, 0) as return_visits,
+    coalesce(from_guests.erased_visits, 0) as erased_visits,
     spine.date < as_of.as_of_date as is_complete_day,
     api.visits as api_visits,
     api.unique_guests as api_unique_guests,

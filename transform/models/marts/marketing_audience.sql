@@ -1,9 +1,9 @@
 -- One row per person who may be sent marketing now: consent as last read (spec 2.3: the
 -- person's answer now, on every arrival row), never an old visit's flag, never a masked
--- contact, never the contact of an anonymised member.
+-- contact, never the contact of an anonymised member or of a person erased on request.
 with guests as (
     select * from {{ ref('stg_guestdata__guests') }}
-    where contact_key is not null and not is_contact_masked
+    where contact_key is not null and not is_contact_masked and not is_erased
 ),
 
 latest_read as (

@@ -1,0 +1,265 @@
+{#- Erasure on request (docs/security.md "Erasure"). Three commands, the same SQL on PostgreSQL
+    and Snowflake:
+
+      GUESTDATA_ERASE_IDENTIFIER='person@example.com' dbt run-operation erase_person
+      GUESTDATA_ERASE_IDENTIFIER='1234' dbt run-operation erase_person --args '{kind: member_id}'
+      dbt run-operation release_erasure --args '{request_hash: <hash from the audit line>}'
+
+    and apply_erasures, which every dbt build runs first (dbt_project.yml on-run-start), so a
+    person a later sync loads again is erased again before any model reads them. The identifier
+    comes from the environment, not --args: dbt writes its arguments into logs/dbt.log and
+    target/run_results.json. -#}
+
+{#- Raw tables that hold people, and how their rows name a person (spec 2.3, 2.8). -#}
+{% macro erasure_people_tables() %}
+  {{ return([
+      {'table': 'guests', 'email': 'email', 'phone': 'phone', 'id': 'id', 'id_kind': 'guest_id',
+       'own_contact': '1 = 1'},
+      {'table': 'members', 'email': 'email', 'phone': 'phone_e164', 'id': 'id', 'id_kind': 'member_id',
+       'own_contact': 'anonymised_at is null'},
+  ]) }}
+{% endmacro %}
+
+{#- Every table that can hold an erased person's contact, and what erasing does to its rows. Guest
+    rows keep the arrival (venue, time, consent) and lose the person, so visits still add up to
+    the API's /stats; member rows are anonymised as the API anonymises them (spec 2.8, 3), so
+    ledger lines, rewards and redemptions keep their member. `now`: anonymised_at if unset. -#}
+{% macro erasure_targets() %}
+  {% set erased = erasure_placeholder() %}
+  {{ return([
+      {'name': 'guests', 'raw': true, 'email': 'email', 'phone': 'phone', 'id': 'id',
+       'id_kind': 'guest_id',
+       'set': {'name': erased, 'first_name': erased, 'last_name': none, 'email': erased,
+               'phone': erased}},
+      {'name': 'members', 'raw': true, 'email': 'email', 'phone': 'phone_e164', 'id': 'id',
+       'id_kind': 'member_id',
+       'set': {'email': erased, 'phone_e164': erased, 'first_name': erased, 'last_name': none,
+               'date_of_birth': none, 'anonymised_at': 'now'}},
+      {'name': 'stg_guestdata__guests', 'raw': false, 'email': 'email', 'phone': 'phone',
+       'id': 'guest_visit_id', 'id_kind': 'guest_id',
+       'set': {'full_name': erased, 'first_name': erased, 'last_name': none, 'email': erased,
+               'phone': erased, 'contact_key': none, 'contact_type': none,
+               'is_contact_masked': 'true', 'is_erased': 'true'}},
+      {'name': 'stg_guestdata__members', 'raw': false, 'email': 'email', 'phone': 'phone',
+       'id': 'member_id', 'id_kind': 'member_id',
+       'set': {'member_status': "'anonymised'", 'email': erased, 'phone': erased,
+               'contact_key': none, 'is_contact_masked': 'true', 'first_name': erased,
+               'last_name': none, 'date_of_birth': none, 'anonymised_at': 'now',
+               'is_erased': 'true'}},
+      {'name': 'dim_members', 'raw': false, 'email': 'email', 'phone': 'phone', 'id': 'member_id',
+       'id_kind': 'member_id',
+       'set': {'member_status': "'anonymised'", 'email': none, 'phone': none, 'first_name': none,
+               'last_name': none, 'is_contact_masked': 'true', 'anonymised_at': 'now'}},
+      {'name': 'marketing_audience', 'raw': false, 'email': 'email', 'phone': 'phone',
+       'delete': true},
+  ]) }}
+{% endmacro %}
+
+{% macro erase_person(kind=none, identifier=none) %}
+  {% if identifier is not none %}
+    {{ exceptions.raise_compiler_error(
+        "erase_person takes the identifier from GUESTDATA_ERASE_IDENTIFIER, never from --args: "
+        ~ "dbt has just written these --args into logs/dbt.log and target/run_results.json, so "
+        ~ "delete both files, then run again with the variable set.") }}
+  {% endif %}
+  {% if not execute %}
+    {{ return('') }}
+  {% endif %}
+  {% set salt = erasure_salt() %}
+  {% set request = erasure_normalise(env_var('GUESTDATA_ERASE_IDENTIFIER', ''), kind) %}
+  {% set identifier_hash = local_md5(salt ~ request.value) %}
+  {% set request_hash = local_md5(salt ~ request.kind ~ ':' ~ request.value) %}
+  {% set context = {'table': erasure_create_table(), 'salt': salt} %}
+  {% do erasure_check_salt(context) %}
+  {% set identifiers = erasure_record(context, request_hash, identifier_hash, request.kind) %}
+  {% set counts = erasure_apply(context) %}
+  {% do adapter.commit() %}
+  {{ log('erasure ' ~ request_hash ~ ' (' ~ request.kind ~ ', ' ~ identifiers
+         ~ ' identifiers suppressed): ' ~ erasure_counts_text(counts), info=True) }}
+{% endmacro %}
+
+{#- on-run-start: re-erase whoever a sync brought back; a no-op without the suppression table. -#}
+{% macro apply_erasures(on_run_start=false) %}
+  {% if not execute or (on_run_start and flags.WHICH not in ['build', 'run', 'test', 'retry']) %}
+    {{ return('') }}
+  {% endif %}
+  {% set table = erasure_raw_relation(erasure_table_name()) %}
+  {% if table is none %}
+    {{ return('') }}
+  {% endif %}
+  {% set context = {'table': table, 'salt': erasure_salt()} %}
+  {% do erasure_check_salt(context) %}
+  {% set counts = erasure_apply(context) %}
+  {% do adapter.commit() %}
+  {% set requests = run_query('select count(distinct request_hash) from ' ~ table).columns[0].values()[0] %}
+  {{ log('erasures: ' ~ requests ~ ' requests on record; erased again: '
+         ~ erasure_counts_text(counts), info=True) }}
+  {{ return('') }}
+{% endmacro %}
+
+{#- Once the vendor has erased the person too (the API no longer serves them), drop their
+    suppression entries, or they stay suppressed for good (a later sign-up included). -#}
+{% macro release_erasure(request_hash) %}
+  {% if not execute %}
+    {{ return('') }}
+  {% endif %}
+  {% if not modules.re.fullmatch('[0-9a-f]{32}', request_hash | string) %}
+    {{ exceptions.raise_compiler_error("request_hash: the 32 hex digits after `erasure` in the audit line") }}
+  {% endif %}
+  {% set table = erasure_raw_relation(erasure_table_name()) %}
+  {% set released = 0 %}
+  {% if table is not none %}
+    {% set response, _ = adapter.execute(
+        "delete from " ~ table ~ " where request_hash = '" ~ request_hash ~ "'", auto_begin=true) %}
+    {% set released = response.rows_affected %}
+    {% do adapter.commit() %}
+  {% endif %}
+  {{ log('erasure ' ~ request_hash ~ ' released: ' ~ released ~ ' identifiers no longer '
+         ~ 'suppressed (a sync loads the person again while the API still serves them)', info=True) }}
+{% endmacro %}
+
+{#- The identifier in the normal form rows are hashed in; messages never repeat it. -#}
+{% macro erasure_normalise(given, kind) %}
+  {% set value = given | trim %}
+  {% if not value %}
+    {{ exceptions.raise_compiler_error(
+        "set GUESTDATA_ERASE_IDENTIFIER to the person's email, phone (E.164), guest id or member id") }}
+  {% endif %}
+  {% if kind is none %}
+    {% set kind = 'email' if '@' in value else 'phone' if value.startswith('+') else none %}
+  {% endif %}
+  {% if kind == 'email' %}
+    {% set value = value | lower %}
+    {% set valid = modules.re.fullmatch('[^@\\s]+@[^@\\s]+', value) %}
+  {% elif kind == 'phone' %}
+    {% set value = modules.re.sub('[\\s().-]', '', value) %}
+    {% set valid = modules.re.fullmatch('\\+[1-9][0-9]{6,14}', value) %}
+  {% elif kind in ['guest_id', 'member_id'] %}
+    {% set valid = modules.re.fullmatch('[0-9]+', value) %}
+    {% set value = (value | int) | string if valid else value %}
+  {% else %}
+    {{ exceptions.raise_compiler_error(
+        "say what the identifier is: --args '{kind: guest_id}' or '{kind: member_id}' (an email "
+        ~ "or an E.164 phone is recognised; kind is one of email, phone, guest_id, member_id)") }}
+  {% endif %}
+  {% if not valid %}
+    {{ exceptions.raise_compiler_error(
+        "GUESTDATA_ERASE_IDENTIFIER is not a valid " ~ kind ~ " (value not shown)") }}
+  {% endif %}
+  {{ return({'kind': kind, 'value': value}) }}
+{% endmacro %}
+
+{% macro erasure_create_table() %}
+  {% set raw = erasure_raw_location() %}
+  {% set table = api.Relation.create(database=raw.database, schema=raw.schema,
+                                     identifier=erasure_table_name(), type='table') %}
+  {% do adapter.create_schema(table) %}
+  {% call statement('erasure_create_table', auto_begin=true) %}
+    create table if not exists {{ table }} (
+        request_hash {{ dbt.type_string() }},
+        identifier_hash {{ dbt.type_string() }},
+        kind {{ dbt.type_string() }},
+        salt_check {{ dbt.type_string() }},
+        requested_at {{ dbt.type_timestamp() }}
+    )
+  {% endcall %}
+  {{ return(table) }}
+{% endmacro %}
+
+{% macro erasure_check_salt(context) %}
+  {% set check = erasure_salt_check(context.salt) %}
+  {% set others = run_query("select count(*) from " ~ context.table ~ " where salt_check <> '"
+                            ~ check ~ "'").columns[0].values()[0] %}
+  {% if others | int > 0 %}
+    {{ exceptions.raise_compiler_error(
+        others ~ " erasure entries were recorded with another GUESTDATA_ERASURE_SALT, so they "
+        ~ "would match nobody: restore the salt they were made with (docs/security.md, Erasure).") }}
+  {% endif %}
+{% endmacro %}
+
+{#- Suppress the identifier and every contact and id on the rows it names (one step: an email's
+    rows give the phone, a member id's row gives the email), masked values never. Returns how
+    many identifiers this request holds. -#}
+{% macro erasure_record(context, request_hash, identifier_hash, kind) %}
+  {% set salt = context.salt %}
+  {% set found = ["select '" ~ identifier_hash ~ "' as identifier_hash, '" ~ kind ~ "' as kind"] %}
+  {% for people in erasure_people_tables() %}
+    {% set relation = erasure_raw_relation(people.table) %}
+    {% set named_by = {'email': erasure_email_sql(people.email), 'phone': erasure_phone_sql(people.phone),
+                       people.id_kind: erasure_id_sql(people.id)}.get(kind) %}
+    {% if relation is not none and named_by %}
+      {% set rows = relation ~ " where " ~ erasure_hash_sql(named_by, salt) ~ " = '"
+                    ~ identifier_hash ~ "' and " ~ people.own_contact %}
+      {% do found.append("select " ~ erasure_hash_sql(erasure_email_sql(people.email), salt)
+                         ~ ", 'email' from " ~ rows ~ " and " ~ erasure_usable_sql(people.email)) %}
+      {% do found.append("select " ~ erasure_hash_sql(erasure_phone_sql(people.phone), salt)
+                         ~ ", 'phone' from " ~ rows ~ " and " ~ erasure_usable_sql(people.phone)) %}
+      {% do found.append("select " ~ erasure_hash_sql(erasure_id_sql(people.id), salt)
+                         ~ ", '" ~ people.id_kind ~ "' from " ~ rows) %}
+    {% endif %}
+  {% endfor %}
+  {% call statement('erasure_record', auto_begin=true) %}
+    insert into {{ context.table }} (request_hash, identifier_hash, kind, salt_check, requested_at)
+    select '{{ request_hash }}', found.identifier_hash, found.kind,
+        '{{ erasure_salt_check(salt) }}', {{ dbt.current_timestamp_in_utc_backcompat() }}
+    from ({{ found | join('\n    union all\n    ') }}) as found
+    where not exists (
+        select 1 from {{ context.table }} as known
+        where known.request_hash = '{{ request_hash }}'
+            and known.identifier_hash = found.identifier_hash
+            and known.kind = found.kind
+    )
+    group by found.identifier_hash, found.kind
+  {% endcall %}
+  {{ return(run_query("select count(*) from " ~ context.table ~ " where request_hash = '"
+                      ~ request_hash ~ "'").columns[0].values()[0]) }}
+{% endmacro %}
+
+{#- Erase every suppressed person from every table that exists. Only rows not yet in their erased
+    form change, so the counts are rows changed and a second run changes (and counts) nothing. -#}
+{% macro erasure_apply(context) %}
+  {% set counts = {} %}
+  {% for target in erasure_targets() %}
+    {% set relation = erasure_raw_relation(target.name) if target.raw
+                      else erasure_model_relation(target.name) %}
+    {% if relation is not none %}
+      {% set match = erasure_match(context, email=target.email, phone=target.phone,
+                                   row_id=target.get('id'), id_kind=target.get('id_kind')) %}
+      {% if target.get('delete') %}
+        {% set sql = 'delete from ' ~ relation ~ ' where ' ~ match %}
+      {% else %}
+        {% set sql = erasure_update_sql(relation, target.set, match) %}
+      {% endif %}
+      {% set response, _ = adapter.execute(sql, auto_begin=true) %}
+      {% do counts.update({target.name: response.rows_affected}) %}
+    {% endif %}
+  {% endfor %}
+  {{ return(counts) }}
+{% endmacro %}
+
+{% macro erasure_update_sql(relation, assignments, match) %}
+  {% set columns = adapter.get_columns_in_relation(relation) | map(attribute='name') | map('lower') | list %}
+  {% set sets, changes = [], [] %}
+  {% for column, value in assignments.items() if column in columns %}
+    {% if value is none %}
+      {% do sets.append(column ~ ' = null') %}
+      {% do changes.append(column ~ ' is not null') %}
+    {% elif value == 'now' %}
+      {% do sets.append(column ~ ' = coalesce(' ~ column ~ ', ' ~ dbt.current_timestamp() ~ ')') %}
+      {% do changes.append(column ~ ' is null') %}
+    {% else %}
+      {% do sets.append(column ~ ' = ' ~ value) %}
+      {% do changes.append(column ~ ' is distinct from ' ~ value) %}
+    {% endif %}
+  {% endfor %}
+  {{ return('update ' ~ relation ~ ' set ' ~ sets | join(', ') ~ ' where ' ~ match
+            ~ ' and (' ~ changes | join(' or ') ~ ')') }}
+{% endmacro %}
+
+{% macro erasure_counts_text(counts) %}
+  {% set parts = [] %}
+  {% for name, count in counts.items() %}
+    {% do parts.append(name ~ '=' ~ count) %}
+  {% endfor %}
+  {{ return(parts | join(' ') if parts else 'no table holds people yet') }}
+{% endmacro %}

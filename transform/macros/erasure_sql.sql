@@ -1,0 +1,138 @@
+{#- Erasure on request, the shared pieces (the commands: erasure.sql; the runbook: docs/security.md
+    "Erasure"). A person is known here only by salted hashes of their contacts and ids, kept in
+    <raw schema>.guestdata_erasures. One hash function everywhere: md5(salt || value) in SQL,
+    local_md5(salt ~ value) in dbt's own process, so the identifier a user gives is hashed before
+    any SQL is written and never reaches the warehouse, its query history or dbt's logs. -#}
+
+{#- What an erased contact field holds: all asterisks, as the API masks (spec 2.8), so every rule
+    that keeps masked contacts out of the audience keeps these out too. -#}
+{% macro erasure_placeholder() -%}
+'********'
+{%- endmacro %}
+
+{% macro erasure_table_name() -%}
+guestdata_erasures
+{%- endmacro %}
+
+{#- GUESTDATA_ERASURE_SALT, read only while executing: a value read while parsing would be kept in
+    dbt's parse cache (target/partial_parse.msgpack). It is written into SQL as a literal, so only
+    characters that need no quoting are allowed. -#}
+{% macro erasure_salt() %}
+  {% set salt = env_var('GUESTDATA_ERASURE_SALT', '') %}
+  {% if not salt %}
+    {{ exceptions.raise_compiler_error(
+        "GUESTDATA_ERASURE_SALT is not set. Erasures are matched by salted hashes: set it from "
+        ~ "your secret store (e.g. `openssl rand -hex 32`), the same value everywhere dbt runs, "
+        ~ "and never change it while erasures are recorded (docs/security.md, Erasure).") }}
+  {% endif %}
+  {% if not modules.re.fullmatch('[A-Za-z0-9_+/=.-]{16,}', salt) %}
+    {{ exceptions.raise_compiler_error(
+        "GUESTDATA_ERASURE_SALT must be at least 16 characters of A-Z a-z 0-9 _ + / = . - "
+        ~ "(value not shown); `openssl rand -hex 32` makes one.") }}
+  {% endif %}
+  {{ return(salt) }}
+{% endmacro %}
+
+{#- Stored beside every entry: a wrong or changed salt would match nobody, silently. -#}
+{% macro erasure_salt_check(salt) %}
+  {{ return(local_md5(salt ~ ':guestdata-erasure-salt-check')) }}
+{% endmacro %}
+
+{#- The same normal forms in SQL (rows) and in Jinja (the identifier a user gives). -#}
+{% macro erasure_email_sql(expression) -%}
+lower(trim({{ expression }}))
+{%- endmacro %}
+
+{% macro erasure_phone_sql(expression) -%}
+replace(replace(trim({{ expression }}), ' ', ''), '-', '')
+{%- endmacro %}
+
+{% macro erasure_id_sql(expression) -%}
+cast({{ expression }} as {{ dbt.type_string() }})
+{%- endmacro %}
+
+{% macro erasure_hash_sql(normalised_expression, salt) -%}
+md5('{{ salt }}' || {{ normalised_expression }})
+{%- endmacro %}
+
+{#- A contact value that may be hashed: present, and not masked (a mask such as j****@x.com is
+    shared by many people; our own placeholder is all asterisks). -#}
+{% macro erasure_usable_sql(expression) -%}
+(nullif(trim({{ expression }}), '') is not null and {{ expression }} not like '%*%')
+{%- endmacro %}
+
+{#- Where the loader writes: the database and schema of the `guestdata` source. -#}
+{% macro erasure_raw_location() %}
+  {% for node in graph.sources.values() %}
+    {% if node.source_name == 'guestdata' and node.name == 'guests' %}
+      {{ return({'database': node.database, 'schema': node.schema}) }}
+    {% endif %}
+  {% endfor %}
+  {{ exceptions.raise_compiler_error("the guestdata source is not defined") }}
+{% endmacro %}
+
+{#- A raw table (or the suppression table beside them) if it exists, else none. -#}
+{% macro erasure_raw_relation(identifier) %}
+  {% set raw = erasure_raw_location() %}
+  {{ return(adapter.get_relation(database=raw.database, schema=raw.schema, identifier=identifier)) }}
+{% endmacro %}
+
+{#- A model of this project if it has been built, else none. -#}
+{% macro erasure_model_relation(name) %}
+  {% for node in graph.nodes.values() %}
+    {% if node.resource_type == 'model' and node.package_name == 'guestdata' and node.name == name %}
+      {{ return(adapter.get_relation(database=node.database, schema=node.schema, identifier=node.alias)) }}
+    {% endif %}
+  {% endfor %}
+  {{ return(none) }}
+{% endmacro %}
+
+{#- The suppression table and the salt, for a model or test: {'table': none} when nobody was ever
+    erased (then no salt is needed and the model is unchanged). -#}
+{% macro erasure_context() %}
+  {% if not execute %}
+    {{ return({'table': none, 'salt': none}) }}
+  {% endif %}
+  {% set table = erasure_raw_relation(erasure_table_name()) %}
+  {{ return({'table': table, 'salt': erasure_salt() if table is not none else none}) }}
+{% endmacro %}
+
+{#- A WHERE-clause condition: the row's email, phone or id is suppressed. Snowflake allows IN
+    (subquery) only in WHERE clauses, so models use it in a CTE, never in a select list. -#}
+{% macro erasure_match(context, email=none, phone=none, row_id=none, id_kind=none) -%}
+  {%- if context.table is none -%}
+    (1 = 0)
+  {%- else -%}
+    {%- set checks = [] -%}
+    {%- if email -%}
+      {%- do checks.append((erasure_email_sql(email), 'email')) -%}
+    {%- endif -%}
+    {%- if phone -%}
+      {%- do checks.append((erasure_phone_sql(phone), 'phone')) -%}
+    {%- endif -%}
+    {%- if row_id -%}
+      {%- do checks.append((erasure_id_sql(row_id), id_kind)) -%}
+    {%- endif -%}
+    ({%- for normalised, kind in checks %}
+      {{ 'or ' if not loop.first }}{{ erasure_hash_sql(normalised, context.salt) }} in (
+        select identifier_hash from {{ context.table }} where kind = '{{ kind }}'
+      )
+    {%- endfor %})
+  {%- endif -%}
+{%- endmacro %}
+
+{#- For a staging model: `rows` with is_erased, true for a person erased on request, whether the
+    erasure was already applied to the raw row (its email is the placeholder) or not yet (its
+    hashes are suppressed, e.g. a load wrote the person again while dbt ran). -#}
+{% macro with_erasure_flag(rows, key, email, phone, id_kind) -%}
+  {%- set context = erasure_context() -%}
+select {{ rows }}.*, erased.erased_key is not null as is_erased
+from {{ rows }}
+left join (
+    select distinct {{ key }} as erased_key
+    from {{ rows }}
+    where {{ email }} = {{ erasure_placeholder() }}
+        or {{ erasure_match(context, email=email, phone=phone, row_id=key, id_kind=id_kind) }}
+) as erased
+    on erased.erased_key = {{ rows }}.{{ key }}
+{%- endmacro %}
