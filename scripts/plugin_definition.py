@@ -1,8 +1,9 @@
 """Write the Meltano plugin definitions a user adds with `meltano add ... --from-ref`.
 
 - plugin/extractors/tap-guestdata.yml: generated from the tap's own `tap-guestdata --about
-  --format=json` (every setting: kind, description, default, `sensitive` for secrets), plus
-  the hand-curated parts below (labels, option labels, settings_group_validation, pip_url).
+  --format=json` (every setting: kind, description, default, `sensitive` for secrets), the
+  labels this project's meltano.yml gives the tap, its settings and their options, and
+  settings_group_validation and pip_url below.
 - plugin/loaders/target-postgres.yml: the target-postgres definition of this project's
   meltano.yml (the one this repository tests with), without its project config.
 
@@ -48,44 +49,21 @@ MELTANO_KINDS = {
     "object": "object",
 }
 
-# Hand-curated: what --about has no field for.
-LABELS = {
-    "api_key": "API key",
-    "api_keys": "API keys (pool)",
-    "base_url": "Base URL",
-    "start_date": "Start date",
-    "requests_per_minute": "Requests per minute per key",
-    "rate_limit_window_seconds": "Rate-limit window (seconds)",
-    "rewards_lookback_days": "Rewards lookback (days)",
-    "redemptions_lookback_days": "Redemptions lookback (days)",
-    "stats_lookback_days": "Stats lookback (days)",
-    "stats_history_days": "Stats history on a first run (days)",
-    "members_margin_seconds": "Members bookmark margin (seconds)",
-    "on_forbidden": "On 403",
-    "schema_drift": "New fields from the API",
-    "max_workers": "Workers per key",
-    "request_timeout_seconds": "Request timeout (seconds)",
-    "max_retries": "Retries per request",
-    "state_interval_seconds": "STATE interval (seconds)",
-    "progress_interval_seconds": "Progress interval (seconds)",
-    "log_request_metrics": "Log per-request metrics",
-}
-OPTION_LABELS = {
-    ("on_forbidden", "warn"): "Warn and skip the stream",
-    ("on_forbidden", "fail"): "Fail the run",
-    ("schema_drift", "include"): "Include it (new column)",
-    ("schema_drift", "drop"): "Drop it",
-    ("schema_drift", "fail"): "Fail the run",
-}
 EXTRACTOR_NAME = "tap-guestdata"
-LABEL = "Guest Data Read API"
-DESCRIPTION = "Guest WiFi account, venues, guests, stats and the Rewards programme"
 # A key (or a pool of keys) and the API root: what a first run needs (spec 5, 9).
 SETTINGS_GROUP_VALIDATION = [["api_key", "base_url"], ["api_keys", "base_url"]]
 LOADER_NOTE = (
     "# env PGTZ=UTC: target-postgres 0.8.1 writes date-times into `timestamp without time zone`\n"
     "# columns converted to the session's zone; pinned to UTC, they hold UTC.\n"
 )
+
+
+def project_plugin(plugin_type: str, name: str) -> dict[str, Any]:
+    """A plugin's definition in this project's meltano.yml: the one home of the labels (the
+    plugin's, its settings' and their options') that --about has no field for."""
+    project = yaml.safe_load((ROOT / "meltano.yml").read_text())
+    (plugin,) = [p for p in project["plugins"][plugin_type] if p["name"] == name]
+    return dict(plugin)
 
 
 def project_urls() -> dict[str, str]:
@@ -115,15 +93,25 @@ def meltano_kind(schema: Mapping[str, Any]) -> str:
     return "options" if kind == "string" and "enum" in schema else MELTANO_KINDS[kind]
 
 
-def label(name: str, schema: Mapping[str, Any]) -> str:
-    """Ours; else the SDK's title of its built-in settings; else the name, spelled out."""
-    return LABELS.get(name) or schema.get("title") or name.replace("_", " ").capitalize()
+def label(name: str, schema: Mapping[str, Any], project_entry: Mapping[str, Any]) -> str:
+    """meltano.yml's; else the SDK's title of its built-in settings; else the name, spelled out."""
+    return str(
+        project_entry.get("label") or schema.get("title") or name.replace("_", " ").capitalize()
+    )
 
 
-def setting(name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+def setting(
+    name: str, schema: Mapping[str, Any], project_entry: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """One setting's entry: kind, default, description and secrecy from the tap's schema;
+    labels from `project_entry`, the setting as meltano.yml declares it (if it does)."""
+    project_entry = project_entry or {}
+    option_labels = {
+        option["value"]: option["label"] for option in project_entry.get("options") or []
+    }
     entry: dict[str, Any] = {
         "name": name,
-        "label": label(name, schema),
+        "label": label(name, schema, project_entry),
         "kind": meltano_kind(schema),
         "description": schema.get("description", ""),
     }
@@ -133,7 +121,7 @@ def setting(name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         entry["value"] = schema["default"]
     if entry["kind"] == "options":
         entry["options"] = [
-            {"label": OPTION_LABELS.get((name, value), str(value).capitalize()), "value": value}
+            {"label": option_labels.get(value, str(value).capitalize()), "value": value}
             for value in schema["enum"]
         ]
     return entry
@@ -143,11 +131,13 @@ def extractor_definition(about: Mapping[str, Any]) -> dict[str, Any]:
     """The tap's definition in Meltano Hub's format, from its --about JSON."""
     urls = project_urls()
     properties: Mapping[str, Any] = about["settings"]["properties"]
+    project = project_plugin("extractors", EXTRACTOR_NAME)
+    labelled = {entry["name"]: entry for entry in project["settings"]}
     return {
         "name": EXTRACTOR_NAME,
-        "namespace": "tap_guestdata",
-        "label": LABEL,
-        "description": DESCRIPTION,
+        "namespace": project["namespace"],
+        "label": project["label"],
+        "description": project["description"],
         "repo": urls["Repository"],
         "docs": urls["Documentation"],
         "keywords": ["api", "meltano_sdk"],
@@ -156,7 +146,9 @@ def extractor_definition(about: Mapping[str, Any]) -> dict[str, Any]:
         "executable": about["name"],
         "capabilities": sorted(about["capabilities"]),
         "settings_group_validation": SETTINGS_GROUP_VALIDATION,
-        "settings": [setting(name, schema) for name, schema in properties.items()],
+        "settings": [
+            setting(name, schema, labelled.get(name)) for name, schema in properties.items()
+        ],
     }
 
 
@@ -196,8 +188,7 @@ def disagreements(
 
 def loader_definition() -> dict[str, Any]:
     """meltano.yml's target-postgres, less `config` (a project's values, not the plugin's)."""
-    project = yaml.safe_load((ROOT / "meltano.yml").read_text())
-    (loader,) = [p for p in project["plugins"]["loaders"] if p["name"] == "target-postgres"]
+    loader = project_plugin("loaders", "target-postgres")
     return {key: value for key, value in loader.items() if key != "config"}
 
 
