@@ -148,13 +148,14 @@ class PipelineConfig:
             return None if value.lower() in ("none", "null", "manual") else value
 
         root = project_root(read("project_root"))
+        target = read("meltano_target")  # one Variable lookup per setting, at every parse
         return cls(
             project_root=root,
             meltano_bin=read("meltano_bin"),
             environment=read("meltano_environment"),
-            target=read("meltano_target"),
-            after_load=after_load(read("meltano_after_load"), read("meltano_target")),
-            transform=transform_blocks(read("meltano_transform"), read("meltano_target")),
+            target=target,
+            after_load=after_load(read("meltano_after_load"), target),
+            transform=transform_blocks(read("meltano_transform"), target),
             schedule=schedule(read("schedule")),
             refresh_schedule=schedule(read("refresh_schedule")),
             catchup=read("catchup").lower() in ("1", "true", "yes", "on"),
