@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from demo_pipeline import Destination, meltano_env
+from demo_pipeline import Destination
 from guestdata_sandbox.testing import SandboxProcess
-from support.pipeline import FAST_TAP, MeltanoProject
+from support.pipeline import MeltanoProject, sandbox_project
 
 pytestmark = pytest.mark.e2e
 
@@ -25,10 +25,8 @@ def meltano(
     e2e_database: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> MeltanoProject:
-    state_dir = tmp_path_factory.mktemp("meltano-state")
-    env = meltano_env(module_sandbox.base_url, pg_server, e2e_database, state_dir)
-    env.update(FAST_TAP)
-    return MeltanoProject(env=env, log_dir=tmp_path_factory.mktemp("meltano-logs"))
+    log_dir = tmp_path_factory.mktemp("meltano-logs")
+    return sandbox_project(module_sandbox.base_url, pg_server, e2e_database, log_dir)
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,9 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from demo_pipeline import TARGET_SCHEMA, Destination, meltano_env
+from demo_pipeline import TARGET_SCHEMA, Destination
 from guestdata_sandbox.testing import SandboxProcess
-from support.pipeline import FAST_TAP, MeltanoProject, throwaway_database
+from support.pipeline import MeltanoProject, sandbox_project, throwaway_database
 from support.streams import truth_rows
 
 pytestmark = pytest.mark.e2e
@@ -52,9 +52,8 @@ def meltano(
     database: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> MeltanoProject:
-    env = meltano_env(module_sandbox.base_url, pg_server, database, tmp_path_factory.mktemp("st"))
-    env.update(FAST_TAP)
-    return MeltanoProject(env=env, log_dir=tmp_path_factory.mktemp("meltano-logs"))
+    log_dir = tmp_path_factory.mktemp("meltano-logs")
+    return sandbox_project(module_sandbox.base_url, pg_server, database, log_dir)
 
 
 @pytest.fixture(scope="module")

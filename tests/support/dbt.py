@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +20,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-import demo_pipeline
 from demo_pipeline import PROJECT_ROOT
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
-from support.pipeline import FAST_TAP, MeltanoProject, run_in_project
+from support.pipeline import MeltanoProject, run_in_project, sandbox_project
 
 DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" / "dbt"
 TRANSFORM = PROJECT_ROOT / "transform"
@@ -121,12 +119,10 @@ def meltano_project(
     logs: Path,
     **overrides: str,
 ) -> MeltanoProject:
-    """The repo's Meltano project on this sandbox and database, with a state store of its own."""
-    env = demo_pipeline.meltano_env(
-        sandbox.base_url, destination, database, Path(tempfile.mkdtemp(dir=logs))
-    )
-    env.update({**FAST_TAP, **overrides})
-    return MeltanoProject(env=meltano_env_with_dbt_paths(env, target_dir), log_dir=logs)
+    """`sandbox_project`, its dbt runs writing to `target_dir`."""
+    project = sandbox_project(sandbox.base_url, destination, database, logs, **overrides)
+    project.env = meltano_env_with_dbt_paths(project.env, target_dir)
+    return project
 
 
 def query(conninfo: str, statement: str, *params: Any) -> list[tuple]:

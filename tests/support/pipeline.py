@@ -139,6 +139,17 @@ class MeltanoProject:
         return [line.strip() for line in result.stdout.splitlines() if ":" in line]
 
 
+def sandbox_project(
+    base_url: str, destination: Destination, database: str, log_dir: Path, **env: str
+) -> MeltanoProject:
+    """The repo's Meltano project reading one sandbox (`base_url`) into one database: quick
+    (FAST_TAP), with a state store of its own under `log_dir`, and `env` on top."""
+    state_dir = Path(tempfile.mkdtemp(prefix="meltano-state-", dir=log_dir))
+    project_env = demo_pipeline.meltano_env(base_url, destination, database, state_dir)
+    project_env.update({**FAST_TAP, **env})
+    return MeltanoProject(env=project_env, log_dir=log_dir)
+
+
 # ---------------------------------------------------------------- fixtures
 # Imported by the conftest.py of each suite that uses them (e2e, transform): one definition.
 
