@@ -10,29 +10,21 @@
     comes from the environment, not --args: dbt writes its arguments into logs/dbt.log and
     target/run_results.json. -#}
 
-{#- Raw tables that hold people, and how their rows name a person (spec 2.3, 2.8). -#}
-{% macro erasure_people_tables() %}
-  {{ return([
-      {'table': 'guests', 'email': 'email', 'phone': 'phone', 'id': 'id', 'id_kind': 'guest_id',
-       'own_contact': '1 = 1'},
-      {'table': 'members', 'email': 'email', 'phone': 'phone_e164', 'id': 'id', 'id_kind': 'member_id',
-       'own_contact': 'anonymised_at is null'},
-  ]) }}
-{% endmacro %}
-
 {#- Every table that can hold an erased person's contact, and what erasing does to its rows. Guest
     rows keep the arrival (venue, time, consent) and lose the person, so visits still add up to
     the API's /stats; member rows are anonymised as the API anonymises them (spec 2.8, 3), so
-    ledger lines, rewards and redemptions keep their member. `now`: anonymised_at if unset. -#}
+    ledger lines, rewards and redemptions keep their member. `now`: anonymised_at if unset.
+    Raw tables also say which rows still carry their own contact (`own_contact`): a member
+    anonymised at the vendor holds only asterisks, which erasure_record never suppresses. -#}
 {% macro erasure_targets() %}
   {% set erased = erasure_placeholder() %}
   {{ return([
       {'name': 'guests', 'raw': true, 'email': 'email', 'phone': 'phone', 'id': 'id',
-       'id_kind': 'guest_id',
+       'id_kind': 'guest_id', 'own_contact': '1 = 1',
        'set': {'name': erased, 'first_name': erased, 'last_name': none, 'email': erased,
                'phone': erased}},
       {'name': 'members', 'raw': true, 'email': 'email', 'phone': 'phone_e164', 'id': 'id',
-       'id_kind': 'member_id',
+       'id_kind': 'member_id', 'own_contact': 'anonymised_at is null',
        'set': {'email': erased, 'phone_e164': erased, 'first_name': erased, 'last_name': none,
                'date_of_birth': none, 'anonymised_at': 'now'}},
       {'name': 'stg_guestdata__guests', 'raw': false, 'email': 'email', 'phone': 'phone',
@@ -183,8 +175,8 @@
 {% macro erasure_record(context, request_hash, identifier_hash, kind) %}
   {% set salt = context.salt %}
   {% set found = ["select '" ~ identifier_hash ~ "' as identifier_hash, '" ~ kind ~ "' as kind"] %}
-  {% for people in erasure_people_tables() %}
-    {% set relation = erasure_raw_relation(people.table) %}
+  {% for people in erasure_targets() if people.raw %}
+    {% set relation = erasure_raw_relation(people.name) %}
     {% set named_by = {'email': erasure_email_sql(people.email), 'phone': erasure_phone_sql(people.phone),
                        people.id_kind: erasure_id_sql(people.id)}.get(kind) %}
     {% if relation is not none and named_by %}
