@@ -43,7 +43,9 @@ HEADER = (
 MELTANO_KINDS = {
     "string": "string",
     "integer": "integer",
-    "number": "decimal",
+    # Meltano 4.4 casts a `decimal` setting given by env var to Decimal, then fails to write
+    # the config ("Object of type Decimal is not JSON serializable"): whole numbers instead.
+    "number": "integer",
     "boolean": "boolean",
     "array": "array",
     "object": "object",
