@@ -85,20 +85,26 @@ def planned_tasks(
     ]
 
 
-def task_seconds(requests: int, latency: float = LATENCY_SECONDS) -> float:
+def task_seconds(requests: int, latency: float = LATENCY_SECONDS, minute: float = 60.0) -> float:
     """One key's task: the rolling minute lets it send 120 at once (one answer after another),
-    then the next 120 a minute after the first of them, and so on."""
+    then the next 120 a minute after the first of them, and so on. `minute`: the length of the
+    rate-limit window (a scaled sandbox's is shorter)."""
     if requests <= 0:
         return 0.0
     full_minutes, last = divmod(requests - 1, PER_KEY_PER_MINUTE)
-    return full_minutes * 60.0 + (last + 1) * latency
+    return full_minutes * minute + (last + 1) * latency
 
 
-def planned_seconds(tasks: Sequence[TaskSpec], cooldown: float = COOLDOWN_SECONDS) -> float:
+def planned_seconds(
+    tasks: Sequence[TaskSpec],
+    cooldown: float = COOLDOWN_SECONDS,
+    latency: float = LATENCY_SECONDS,
+    minute: float = 60.0,
+) -> float:
     """The busiest lane: the sum of its tasks' times plus a cool-down each."""
     lanes: dict[str, float] = {}
     for task in tasks:
-        seconds = task_seconds(task.weight) + cooldown
+        seconds = task_seconds(task.weight, latency, minute) + cooldown
         lanes[task.lane.pool] = lanes.get(task.lane.pool, 0.0) + seconds
     return max(lanes.values(), default=0.0)
 

@@ -147,6 +147,8 @@ def meltano_command(
         *config.after_load,
     ]
     lines = ["set -u"]
+    if state_id_suffix:
+        lines += own_run_directory(state_id_suffix)
     if key_pinned:
         # The tap would otherwise spread requests over a key pool, past the one this task holds.
         lines.append("unset TAP_GUESTDATA_API_KEYS")
@@ -156,6 +158,29 @@ def meltano_command(
         lines.append(f"sleep {config.key_cooldown_seconds}")
     lines.append('exit "$status"')
     return "\n".join(lines)
+
+
+def own_run_directory(account: str) -> list[str]:
+    """Shell lines giving the account's runs a Meltano system directory of their own.
+
+    Meltano 4.4 writes an extractor's catalog and incoming state to fixed names under
+    `.meltano/run/<extractor>/` (`tap.properties.json`, `state.json`), so two accounts running
+    the same stream group on one machine would read each other's state and catalog. The
+    account's directory links everything else (plugin virtualenvs, the SQLite database if
+    one is used) back to the shared one, so plugins are still installed once per machine;
+    `ln` without `-f` leaves a link alone if another task of the account made it first.
+    """
+    return [
+        'shared="${MELTANO_SYS_DIR_ROOT:-$PWD/.meltano}"',
+        f'own="$shared/accounts/{account}"',
+        'mkdir -p "$own"',
+        "shopt -s nullglob",
+        'for entry in "$shared"/* "$shared/meltano.db"; do',
+        '  case "${entry##*/}" in run | logs | accounts) ;;',
+        '    *) ln -s "$entry" "$own/${entry##*/}" 2>/dev/null || true ;; esac',
+        "done",
+        'export MELTANO_SYS_DIR_ROOT="$own"',
+    ]
 
 
 def schema_variable(target: str) -> str:

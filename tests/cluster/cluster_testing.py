@@ -1,0 +1,181 @@
+"""Helpers of the Celery cluster tests: the command, its DAG runs, and what the sandbox saw."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import demo_pipeline
+from celery_cluster import DAG_ID, Cluster, Rest, default_accounts
+from guestdata_sandbox.testing import SandboxProcess
+from tap_guestdata.airflow.accounts import TaskSpec, parse_config, plan_tasks
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+COMMAND = PROJECT_ROOT / "scripts" / "cluster"
+NAME, SUBNET, REDIS_DB = "gdt", "10.201.0", 11  # not the default cluster's (gdc, 10.200.0, 7)
+TIME_SCALE = 0.25  # the sandbox's rate-limit minute lasts 15 s
+WINDOW_SECONDS = 60.0 * TIME_SCALE
+PER_KEY, PER_ADDRESS = 120, 600  # spec 8, per window
+HEARTBEAT_TIMEOUT = 30  # production: see docs/scale-out.md
+RETRY_DELAY_SECONDS = 5
+STREAMS = {"core": ("account", "venues", "guests"), "members": ("members", "member_ledger")}
+ACCOUNTS, VARIABLES = default_accounts(tuple(STREAMS))
+LEDGER_PATH = "/ledger"  # /rewards/members/{id}/ledger: the member_ledger stream's requests
+
+
+@dataclass
+class LocalCluster:
+    """`scripts/cluster --home <home>` with this module's names, subnet and Redis db."""
+
+    home: Path
+    api_url: str
+    api_port: int
+    up_seconds: list[float] = field(default_factory=list)
+
+    def command(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(COMMAND), "--home", str(self.home), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert result.returncode == 0, (
+            f"scripts/cluster {' '.join(args)}:\n" + (result.stdout + result.stderr)[-4000:]
+        )
+        return result
+
+    def up(self) -> float:
+        started = time.monotonic()
+        self.command(
+            "up", "--name", NAME, "--subnet", SUBNET, "--redis-db", str(REDIS_DB),
+            "--api-port", str(self.api_port), "--api-url", self.api_url,
+            "--groups", ",".join(STREAMS), "--time-scale", str(TIME_SCALE),
+            "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT),
+            "--retry-delay-seconds", str(RETRY_DELAY_SECONDS),
+            timeout=600,
+        )  # fmt: skip
+        self.up_seconds.append(time.monotonic() - started)
+        return self.up_seconds[-1]
+
+    def is_up(self) -> bool:
+        return (self.home / "cluster.json").exists()
+
+    @property
+    def state(self) -> Cluster:
+        return Cluster.load(self.home)
+
+    def plan(self) -> dict[str, TaskSpec]:
+        """The planner's tasks for the deployed accounts, by task id."""
+        config = parse_config(Path(self.state.accounts_file).read_text())
+        return {spec.task_id: spec for spec in plan_tasks(config)}
+
+    def warehouse(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:5432/{self.state.database('warehouse')}"
+
+    def meltano_state(self, state_id: str) -> tuple[str, str]:
+        """(partial, completed) state Meltano stored for `state_id` ('' if none)."""
+        url = f"postgresql://postgres@127.0.0.1:5432/{self.state.database('meltano')}"
+        with psycopg.connect(url) as connection:
+            row = connection.execute(
+                "SELECT partial_state, completed_state FROM state WHERE state_id = %s",
+                (state_id,),
+            ).fetchone()
+        return (row[0] or "", row[1] or "") if row else ("", "")
+
+
+def when(value: str | None) -> float:
+    """An Airflow REST timestamp as a Unix time (0 for none)."""
+    return datetime.fromisoformat(value).timestamp() if value else 0.0
+
+
+@dataclass
+class DagRun:
+    run_id: str
+    state: str
+    started: float
+    ended: float
+    tasks: dict[str, dict[str, Any]]  # task id -> its task instance (last try)
+    tries: dict[str, list[dict[str, Any]]]  # task id -> every try
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+
+def run_dag(
+    cluster: LocalCluster, timeout: float, during: Callable[[Rest, str], None] | None = None
+) -> DagRun:
+    """Trigger the accounts DAG through the REST API and wait; `during` runs every 2 s."""
+    rest = Rest(cluster.state).login()
+    run_id = rest.trigger(DAG_ID)
+    deadline = time.monotonic() + timeout
+    while (state := rest.run_state(DAG_ID, run_id)) not in ("success", "failed"):
+        assert time.monotonic() < deadline, f"the DAG run did not end in {timeout:.0f} s"
+        if during is not None:
+            during(rest, run_id)
+        time.sleep(2)
+    run = rest.call("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")
+    tasks = {task["task_id"]: task for task in rest.task_instances(DAG_ID, run_id)}
+    tries = {task_id: rest.tries(DAG_ID, run_id, task_id) for task_id in tasks}
+    return DagRun(run_id, state, when(run["start_date"]), when(run["end_date"]), tasks, tries)
+
+
+def table_checks(sandbox: SandboxProcess, database_url: str) -> dict[str, str]:
+    """Every account's schema against its own ground truth: account -> a report if it differs."""
+    problems = {}
+    with psycopg.connect(database_url) as connection:
+        for account in ACCOUNTS["accounts"]:
+            name = account["name"]
+            expected = demo_pipeline.truth_tables(sandbox.truth(VARIABLES[account["keys"][0]]))
+            checks = [
+                demo_pipeline.compare_stream(
+                    stream,
+                    demo_pipeline.database_rows(connection, f"guestdata_{name}", stream),
+                    expected[stream],
+                )
+                for streams in STREAMS.values()
+                for stream in streams
+            ]
+            guests = next(check for check in checks if check.stream == "guests")
+            if not all(check.matches for check in checks) or guests.rows_in_database == 0:
+                problems[name] = demo_pipeline.report(checks)
+    return problems
+
+
+def busiest_window(times: Iterable[float], window: float) -> int:
+    """The most requests in any rolling window of `window` seconds."""
+    ordered, most, first = sorted(times), 0, 0
+    for last, moment in enumerate(ordered):
+        while moment - ordered[first] >= window:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def key_of_variable() -> dict[str, str]:
+    return dict(VARIABLES)
+
+
+def requests_by(log: Sequence[Mapping[str, Any]], field_name: str) -> dict[str, list[float]]:
+    grouped: dict[str, list[float]] = {}
+    for entry in log:
+        grouped.setdefault(str(entry[field_name]), []).append(float(entry["time"]))
+    return grouped
+
+
+def ledger_requests(log: Sequence[Mapping[str, Any]], key: str) -> int:
+    return sum(1 for e in log if e["key"] == key and str(e["path"]).endswith(LEDGER_PATH))
+
+
+def save_figures(path: Path, figures: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(figures, indent=2))
+    print("\n" + json.dumps(figures, indent=2))
