@@ -23,6 +23,7 @@ SECTIONS = (
     "transform.md",
     "snowflake.md",
     "airflow.md",
+    "scale-out.md",
     "security.md",
     "sandbox.md",
     "bench.md",

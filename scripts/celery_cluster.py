@@ -18,7 +18,9 @@ What `up` makes (docs/scale-out.md), all named after `--name` (default `gdc`):
 - a deployed copy of the Meltano project with its plugins installed, before any worker starts;
 - api-server (bound to the bridge address), scheduler, dag-processor, then the workers;
 - the pools of the planner's lanes and the keys as Airflow Variables, through the REST API.
-Without `--api-url` it also starts the sandbox (every account, real limits) on the bridge.
+Without `--api-url` it also starts the sandbox (every account, real limits); an API on the
+host's loopback is reached from each namespace through a forwarder on the namespace's own
+127.0.0.1 (the tap sends a key over plain http only to a loopback host).
 """
 
 from __future__ import annotations
@@ -741,7 +743,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     make.add_argument("--subnet", default="10.200.0", help="first three octets of a free /24")
     make.add_argument("--api-port", type=int, default=8080)
     make.add_argument("--redis-db", type=int, default=7)
-    make.add_argument("--api-url", help="the API's base URL; default: a sandbox on the bridge")
+    make.add_argument("--api-url", help="the API's base URL; default: a sandbox of its own")
     make.add_argument("--sandbox-port", type=int, default=8787)
     make.add_argument("--accounts", help="the accounts JSON (default: the sandbox's three)")
     make.add_argument("--variables", help="JSON {variable: key} of the accounts' keys")

@@ -152,7 +152,12 @@ def meltano_command(
     if key_pinned:
         # The tap would otherwise spread requests over a key pool, past the one this task holds.
         lines.append("unset TAP_GUESTDATA_API_KEYS")
-    lines.append(f"{shlex.join(run)} && status=0 || status=$?")
+    # A retry follows a try Airflow has given up on (it failed, or its worker was lost and the
+    # heartbeat timed out). Meltano holds a lost try's job as running for 5 minutes after its
+    # last heartbeat and refuses the state id until then; the retry takes it over.
+    lines.append('take_over=(); [ "{{ ti.try_number }}" -le 1 ] || take_over=(--force)')
+    head, tail = shlex.join(run[:3]), shlex.join(run[3:])
+    lines.append(f'{head} "${{take_over[@]}}" {tail} && status=0 || status=$?')
     if config.key_cooldown_seconds > 0:
         # spec 8: the 120/minute is a rolling minute; keep the pool slot until it has passed.
         lines.append(f"sleep {config.key_cooldown_seconds}")

@@ -113,7 +113,8 @@ def test_without_this_projects_blocks_the_dags_load_and_stop(
     assert set(result["dags"]) == {DAILY, REFRESH}
     for group, task in result["dags"][DAILY]["tasks"].items():
         assert (
-            f"meltano --environment=prod run --no-install tap-guestdata--{group} target-postgres"
+            'meltano --environment=prod run "${take_over[@]}" --no-install '
+            f"tap-guestdata--{group} target-postgres"
             " && status=0"
         ) in task["bash_command"]
         assert task["pool"] == "guestdata_api_key_1"

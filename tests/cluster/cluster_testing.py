@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,7 +17,7 @@ import psycopg
 import demo_pipeline
 from celery_cluster import DAG_ID, Cluster, Rest, default_accounts
 from guestdata_sandbox.testing import SandboxProcess
-from tap_guestdata.airflow.accounts import TaskSpec, parse_config, plan_tasks
+from tap_guestdata.airflow.accounts import REFRESH_GROUP, TaskSpec, parse_config, plan_tasks
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 COMMAND = PROJECT_ROOT / "scripts" / "cluster"
@@ -38,6 +39,7 @@ class LocalCluster:
     home: Path
     api_url: str
     api_port: int
+    logs: Path  # where `down` keeps each cluster's logs
     up_seconds: list[float] = field(default_factory=list)
 
     def command(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -66,6 +68,16 @@ class LocalCluster:
         self.up_seconds.append(time.monotonic() - started)
         return self.up_seconds[-1]
 
+    def down(self) -> float:
+        """`down`, after keeping the cluster's logs (processes' and tasks') for a post-mortem."""
+        kept = self.logs / f"cluster-{len(list(self.logs.iterdir())) + 1}"
+        for part in ("logs", "airflow/logs"):
+            if (self.home / part).exists():
+                shutil.copytree(self.home / part, kept / part)
+        started = time.monotonic()
+        self.command("down", timeout=300)
+        return time.monotonic() - started
+
     def is_up(self) -> bool:
         return (self.home / "cluster.json").exists()
 
@@ -74,9 +86,11 @@ class LocalCluster:
         return Cluster.load(self.home)
 
     def plan(self) -> dict[str, TaskSpec]:
-        """The planner's tasks for the deployed accounts, by task id."""
+        """The planner's tasks of the daily DAG for the deployed accounts, by task id (planned
+        as the DAG plans them: with the weekly refresh, which is a DAG of its own)."""
         config = parse_config(Path(self.state.accounts_file).read_text())
-        return {spec.task_id: spec for spec in plan_tasks(config)}
+        specs = plan_tasks(config)
+        return {spec.task_id: spec for spec in specs if spec.group != REFRESH_GROUP}
 
     def warehouse(self) -> str:
         return f"postgresql://postgres@127.0.0.1:5432/{self.state.database('warehouse')}"

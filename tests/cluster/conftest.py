@@ -57,9 +57,10 @@ def cluster(
         home=Path(tmp_path_factory.mktemp("cluster")),
         api_url=f"http://127.0.0.1:{port}/api/v1/customer",
         api_port=free_port(),
+        logs=Path(tmp_path_factory.mktemp("cluster-logs")),
     )
     try:
         yield local
     finally:
         if local.is_up():
-            local.command("down", timeout=300)
+            local.down()
