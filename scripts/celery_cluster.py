@@ -32,6 +32,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -518,32 +519,41 @@ def start_worker(cluster: Cluster, worker: int) -> None:
     )
 
 
+def require_services() -> None:
+    for port, service in ((PG_PORT, "PostgreSQL"), (REDIS_PORT, "Redis")):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=3):
+                pass
+        except OSError as error:
+            raise ClusterError(f"{service} does not answer at 127.0.0.1:{port} ({error})") from None
+
+
+def write_shared_secrets(home: Path) -> Path:
+    """The keys every Airflow process must share, readable by root only (a secret store's
+    job in production)."""
+    path = home / "secrets.json"
+    shared = {
+        "fernet_key": Fernet.generate_key().decode(),
+        "jwt_secret": secrets.token_urlsafe(64),  # 64+ bytes
+        "secret_key": secrets.token_urlsafe(32),
+    }
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as output:
+        json.dump(shared, output)
+    return path
+
+
 def up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     home = Path(args.home).resolve()
     if (home / "cluster.json").exists():
         raise ClusterError(f"a cluster is already up at {home}: `scripts/cluster down` first")
     require_namespaces()
-    for port, service in ((PG_PORT, "PostgreSQL"), (REDIS_PORT, "Redis")):
-        try:
-            with __import__("socket").create_connection(("127.0.0.1", port), timeout=3):
-                pass
-        except OSError as error:
-            raise ClusterError(f"{service} does not answer at 127.0.0.1:{port} ({error})") from None
+    require_services()
     home.mkdir(parents=True, exist_ok=True)
     (home / "logs").mkdir(exist_ok=True)
     (home / "airflow").mkdir(exist_ok=True)
-    secrets_file = home / "secrets.json"
-    secrets_file.write_text(
-        json.dumps(
-            {
-                "fernet_key": Fernet.generate_key().decode(),
-                "jwt_secret": secrets.token_urlsafe(64),
-                "secret_key": secrets.token_urlsafe(32),
-            }
-        )
-    )
-    secrets_file.chmod(0o600)
+    secrets_file = write_shared_secrets(home)
     sandbox_port = args.sandbox_port
     cluster = Cluster(
         name=args.name,
