@@ -1,6 +1,7 @@
 """`scripts/cluster`: the accounts DAG on a real Airflow CeleryExecutor, one address per worker.
 
-    scripts/cluster up [--workers 2] [--api-url URL] [--accounts FILE --variables FILE] [...]
+    scripts/cluster up [--workers 2] [--api-url URL] [--accounts FILE --variables FILE]
+                       [--env NAME=VALUE ...] [...]
     scripts/cluster status          what runs, where, and whether it answers
     scripts/cluster trigger [DAG]   a DAG run through the REST API, as a user would; waits
     scripts/cluster kill-worker N   SIGKILL worker N and everything in its namespace (a lost
@@ -91,6 +92,7 @@ class Cluster:
     accounts_file: str
     pids: dict[str, int] = field(default_factory=dict)
     secrets_file: str = ""
+    extra_env: list[str] = field(default_factory=list)  # NAME=VALUE, for every process
 
     # -- names and addresses ------------------------------------------------------------
     @property
@@ -212,7 +214,8 @@ class Cluster:
             # The operator's own settings must not redirect the cluster.
             if not name.startswith(("AIRFLOW", "GUESTDATA_", "TAP_GUESTDATA", "TARGET_", "MELTANO"))
         }
-        return {**base, **self.airflow_env(host), **self.pipeline_env(host)}
+        extra = dict(item.split("=", 1) for item in self.extra_env)
+        return {**base, **self.airflow_env(host), **self.pipeline_env(host), **extra}
 
 
 # -- small helpers ------------------------------------------------------------------------
@@ -569,6 +572,7 @@ def up(args: argparse.Namespace) -> int:
         retry_delay_seconds=args.retry_delay_seconds,
         accounts_file=str(home / "accounts.json"),
         secrets_file=str(secrets_file),
+        extra_env=args.env,
     )
     cluster.save()
     try:
@@ -762,6 +766,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     make.add_argument("--heartbeat-timeout", type=int, default=300)
     make.add_argument("--visibility-timeout", type=int, default=6 * 3600)
     make.add_argument("--retry-delay-seconds", type=float, default=300)
+    make.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="more environment for every process, e.g. TAP_GUESTDATA_MAX_WORKERS=2",
+    )
     commands.add_parser("down")
     commands.add_parser("status")
     run = commands.add_parser("trigger")
@@ -775,6 +786,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "up":
             if not 1 <= args.workers <= 50:
                 raise ClusterError("--workers: 1 to 50")
+            if bad := [item for item in args.env if "=" not in item]:
+                raise ClusterError(f"--env takes NAME=VALUE, got {bad}")
             return up(args)
         if args.command == "down":
             return down(args)

@@ -76,6 +76,9 @@ class LocalCluster:
             "--time-scale", str(TIME_SCALE),
             "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT),
             "--retry-delay-seconds", str(RETRY_DELAY_SECONDS),
+            # A STATE every 2 s (default 10): the kill test measures what a resume redoes,
+            # not how stale the last STATE was.
+            "--env", "TAP_GUESTDATA_STATE_INTERVAL_SECONDS=2",
             timeout=600,
         )  # fmt: skip
         self.up_seconds.append(time.monotonic() - started)
@@ -151,7 +154,7 @@ class DagRun:
 def run_dag(
     cluster: LocalCluster, timeout: float, during: Callable[[Rest, str], None] | None = None
 ) -> DagRun:
-    """Trigger the accounts DAG through the REST API and wait; `during` runs every 2 s."""
+    """Trigger the accounts DAG through the REST API and wait; `during` runs every second."""
     rest = Rest(cluster.state).login()
     run_id = rest.trigger(DAG_ID)
     deadline = time.monotonic() + timeout
@@ -159,7 +162,7 @@ def run_dag(
         assert time.monotonic() < deadline, f"the DAG run did not end in {timeout:.0f} s"
         if during is not None:
             during(rest, run_id)
-        time.sleep(2)
+        time.sleep(1)
     run = rest.call("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")
     tasks = {task["task_id"]: task for task in rest.task_instances(DAG_ID, run_id)}
     tries = {task_id: rest.tries(DAG_ID, run_id, task_id) for task_id in tasks}
