@@ -57,6 +57,7 @@ DEFAULT_HOME = PROJECT_ROOT / ".cluster"
 DAG_ID = "guestdata_meltano"
 MARKER = "GUESTDATA_CLUSTER"  # in every process's environment: `down` finds stragglers by it
 PG_PORT, REDIS_PORT = 5432, 6379
+DATABASE_ROLES = ("airflow", "meltano", "warehouse")  # <name>_<role>: metadata, state, rows
 PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types")
 # What a deploy puts on a worker machine: the Meltano project, not the repository's tests.
 DEPLOYED = ("meltano.yml", "pyproject.toml", "README.md", "LICENSE", "tap_guestdata", "transform")
@@ -409,16 +410,27 @@ def forward(cluster: Cluster, label: str, port: int) -> None:
     start(cluster, label, ["socat", listen, f"TCP:127.0.0.1:{port}"], env, cluster.root)
 
 
+def server() -> psycopg.Connection[Any]:
+    """The local PostgreSQL server's maintenance database, autocommit (CREATE/DROP DATABASE)."""
+    return psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres", autocommit=True)
+
+
+def drop_databases(cluster: Cluster, connection: psycopg.Connection[Any]) -> None:
+    for role in DATABASE_ROLES:
+        name = sql.Identifier(cluster.database(role))
+        connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+
+
 def make_databases(cluster: Cluster) -> None:
-    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres") as connection:
-        connection.autocommit = True
-        for role in ("airflow", "meltano", "warehouse"):
-            name = sql.Identifier(cluster.database(role))
-            connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-            connection.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    with server() as connection:
+        drop_databases(cluster, connection)  # a crashed cluster's, if any
+        for role in DATABASE_ROLES:
+            connection.execute(
+                sql.SQL("CREATE DATABASE {}").format(sql.Identifier(cluster.database(role)))
+            )
 
 
-def deploy_project(cluster: Cluster) -> subprocess.Popen[str]:
+def deploy_project(cluster: Cluster, env: Mapping[str, str]) -> subprocess.Popen[str]:
     """Copy the Meltano project and install its plugins, once, before any worker starts (what
     a deploy does on each worker machine); runs beside `airflow db migrate`."""
     cluster.project.mkdir(parents=True)
@@ -436,7 +448,7 @@ def deploy_project(cluster: Cluster) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [str(VENV_BIN / "meltano"), "install", *PLUGINS],
         cwd=cluster.project,
-        env=cluster.env("127.0.0.1"),
+        env=dict(env),
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
@@ -592,8 +604,8 @@ def up(args: argparse.Namespace) -> int:
             say(f"sandbox on {cluster.api_url}")
             start_sandbox(cluster, sandbox_port, args.time_scale)
         say("deploy: the Meltano project and its plugins; airflow db migrate")
-        install = deploy_project(cluster)
         env = cluster.env("127.0.0.1")
+        install = deploy_project(cluster, env)
         migrate = subprocess.run(
             [str(VENV_BIN / "airflow"), "db", "migrate"],
             env=env,
@@ -645,7 +657,7 @@ def leftovers(cluster: Cluster) -> list[str]:
     ]
     spaces = sh("ip", "netns", "list", check=False).stdout.split()
     found += [f"namespace {n}" for n in spaces if n.startswith(f"{cluster.name}-w")]
-    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres") as connection:
+    with server() as connection:
         rows = connection.execute(
             "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{cluster.name}\\_%",)
         ).fetchall()
@@ -673,11 +685,8 @@ def down_cluster(cluster: Cluster) -> None:
         sh("ip", "netns", "del", cluster.namespace(worker), check=False)
         sh("ip", "link", "del", f"{cluster.name}-w{worker}h", check=False)
     sh("ip", "link", "del", cluster.bridge, check=False)
-    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres") as connection:
-        connection.autocommit = True
-        for role in ("airflow", "meltano", "warehouse"):
-            name = sql.Identifier(cluster.database(role))
-            connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+    with server() as connection:
+        drop_databases(cluster, connection)
     redis.Redis(host="127.0.0.1", port=REDIS_PORT, db=cluster.redis_db).flushdb()
     shutil.rmtree(cluster.root, ignore_errors=True)
 

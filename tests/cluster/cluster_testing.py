@@ -119,11 +119,11 @@ class LocalCluster:
         return {spec.task_id: spec for spec in specs if spec.group != REFRESH_GROUP}
 
     def warehouse(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:5432/{self.state.database('warehouse')}"
+        return self.state.postgres_url("warehouse", "127.0.0.1", "postgresql")
 
     def meltano_state(self, state_id: str) -> tuple[str, str]:
         """(partial, completed) state Meltano stored for `state_id` ('' if none)."""
-        url = f"postgresql://postgres@127.0.0.1:5432/{self.state.database('meltano')}"
+        url = self.state.postgres_url("meltano", "127.0.0.1", "postgresql")
         with psycopg.connect(url) as connection:
             row = connection.execute(
                 "SELECT partial_state, completed_state FROM state WHERE state_id = %s",
@@ -200,10 +200,6 @@ def busiest_window(times: Iterable[float], window: float) -> int:
             first += 1
         most = max(most, last - first + 1)
     return most
-
-
-def key_of_variable() -> dict[str, str]:
-    return dict(VARIABLES)
 
 
 def requests_by(log: Sequence[Mapping[str, Any]], field_name: str) -> dict[str, list[float]]:

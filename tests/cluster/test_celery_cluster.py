@@ -145,16 +145,16 @@ def test_three_accounts_on_two_workers_load_their_truth_within_the_limits(
     save_figures(tmp_path_factory.getbasetemp() / "cluster-figures.json", FIGURES)
 
 
-def leftovers(cluster: LocalCluster, state_name: str = NAME) -> list[str]:
+def leftovers(cluster: LocalCluster) -> list[str]:
     """What the system still holds of the cluster, read from the system itself."""
     found = []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found += [f"namespace {n}" for n in netns.split() if n.startswith(f"{state_name}-")]
+    found += [f"namespace {n}" for n in netns.split() if n.startswith(f"{NAME}-")]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found += [
         f"link {line.split(':')[1].strip()}"
         for line in links.splitlines()
-        if line.split(":")[1].strip().startswith(f"{state_name}-")
+        if line.split(":")[1].strip().startswith(f"{NAME}-")
     ]
     home = str(cluster.home)
     for proc in Path("/proc").iterdir():
@@ -164,11 +164,11 @@ def leftovers(cluster: LocalCluster, state_name: str = NAME) -> list[str]:
                 environ = (proc / "environ").read_bytes()
             except OSError:
                 continue
-            if home in command or f"GUESTDATA_CLUSTER={state_name}\0".encode() in environ:
+            if home in command or f"GUESTDATA_CLUSTER={NAME}\0".encode() in environ:
                 found.append(f"process {proc.name}: {command[:80]}")
     with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres") as connection:
         names = connection.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{state_name}\\_%",)
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{NAME}\\_%",)
         ).fetchall()
     found += [f"database {name}" for (name,) in names]
     keys = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB).dbsize()
