@@ -5,10 +5,13 @@
   labels this project's meltano.yml gives the tap, its settings and their options, and
   settings_group_validation and pip_url below.
 - plugin/loaders/target-postgres.yml: the target-postgres definition of this project's
-  meltano.yml (the one this repository tests with), without its project config.
+  meltano.yml (the one this repository tests with), without its project config; its `env`
+  (which the Hub's format has no top-level key for) becomes settings that export it.
 
-Meltano Hub's format. `--check` exits 1 if a committed file is not what this script would
-write (tests/test_plugin_definition.py runs it): regenerate after changing a setting.
+Both in Meltano Hub's format, with the fields the Hub requires (`variant`, `quality`);
+tests/test_plugin_definition.py validates them against the Hub's schemas
+(tests/data/hub_schemas/). `--check` exits 1 if a committed file is not what this script would
+write (the same test runs it): regenerate after changing a setting.
 
     .venv/bin/python scripts/plugin_definition.py [--check]
 """
@@ -52,11 +55,27 @@ MELTANO_KINDS = {
 }
 
 EXTRACTOR_NAME = "tap-guestdata"
+# Fields the Hub requires beside the plugin's own. `quality` is the Hub's rating
+# (gold/silver/bronze), given by the Hub, not claimed by the plugin: unknown until it rates it.
+EXTRACTOR_HUB_FIELDS = {"maintenance_status": "beta", "quality": "unknown"}
+# The Hub names a variant after its maintainer: MeltanoLabs' target-postgres is `meltanolabs`.
+LOADER_HUB_FIELDS = {"variant": "meltanolabs", "quality": "unknown"}
+# The Hub's format has no plugin-level `env`, only a setting's `env`, which Meltano exports with
+# the setting's value whenever it runs the plugin: one setting per variable of meltano.yml's.
+LOADER_ENV_SETTINGS = {
+    "PGTZ": {
+        "name": "session_time_zone",
+        "label": "Session time zone (PGTZ)",
+        "description": "Exported as PGTZ: target-postgres 0.8.1 writes date-times into"
+        " `timestamp without time zone` columns converted to the session's zone; UTC keeps"
+        " them UTC.",
+    },
+}
 # A key (or a pool of keys) and the API root: what a first run needs (spec 5, 9).
 SETTINGS_GROUP_VALIDATION = [["api_key", "base_url"], ["api_keys", "base_url"]]
 LOADER_NOTE = (
-    "# env PGTZ=UTC: target-postgres 0.8.1 writes date-times into `timestamp without time zone`\n"
-    "# columns converted to the session's zone; pinned to UTC, they hold UTC.\n"
+    "# session_time_zone (exported as PGTZ, default UTC): target-postgres 0.8.1 writes date-times\n"
+    "# into `timestamp without time zone` columns converted to the session's zone; UTC keeps UTC.\n"
 )
 
 
@@ -66,6 +85,11 @@ def project_plugin(plugin_type: str, name: str) -> dict[str, Any]:
     project = yaml.safe_load((ROOT / "meltano.yml").read_text())
     (plugin,) = [p for p in project["plugins"][plugin_type] if p["name"] == name]
     return dict(plugin)
+
+
+def variant_of(repository: str) -> str:
+    """The Hub's variant: the owner of the plugin's repository (github.com/<owner>/<name>)."""
+    return repository.rstrip("/").split("/")[-2].lower()
 
 
 def project_urls() -> dict[str, str]:
@@ -137,12 +161,14 @@ def extractor_definition(about: Mapping[str, Any]) -> dict[str, Any]:
     labelled = {entry["name"]: entry for entry in project["settings"]}
     return {
         "name": EXTRACTOR_NAME,
+        "variant": variant_of(urls["Repository"]),
         "namespace": project["namespace"],
         "label": project["label"],
         "description": project["description"],
         "repo": urls["Repository"],
         "docs": urls["Documentation"],
         "keywords": ["api", "meltano_sdk"],
+        **EXTRACTOR_HUB_FIELDS,
         # The release this file describes: its settings are that version's.
         "pip_url": f"{about['name']}=={about['version']}",
         "executable": about["name"],
@@ -189,9 +215,25 @@ def disagreements(
 
 
 def loader_definition() -> dict[str, Any]:
-    """meltano.yml's target-postgres, less `config` (a project's values, not the plugin's)."""
+    """meltano.yml's target-postgres, less `config` (a project's values, not the plugin's), its
+    `env` as settings that export it (LOADER_ENV_SETTINGS), and the Hub's required fields."""
     loader = project_plugin("loaders", "target-postgres")
-    return {key: value for key, value in loader.items() if key != "config"}
+    env: dict[str, str] = loader.get("env") or {}
+    unmapped = sorted(set(env) - set(LOADER_ENV_SETTINGS))
+    if unmapped:
+        raise SystemExit(
+            f"meltano.yml's target-postgres env {unmapped}: add to LOADER_ENV_SETTINGS"
+        )
+    definition = {"name": loader["name"], **LOADER_HUB_FIELDS}
+    definition |= {key: value for key, value in loader.items() if key not in ("config", "env")}
+    definition["settings"] = [
+        *loader["settings"],
+        *(
+            {**LOADER_ENV_SETTINGS[name], "env": name, "value": value}
+            for name, value in env.items()
+        ),
+    ]
+    return definition
 
 
 def render(definition: Mapping[str, Any], *, source: str, kind: str, note: str = "") -> str:
