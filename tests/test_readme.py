@@ -1,4 +1,6 @@
-"""The README is part of the product: its quick start, its sections and CI's entry point agree."""
+"""The README is the front door and the docs site the reference: the quick start comes first and
+works, the README stays short and copies no docs page, its links land, the site has every page
+by task, and its settings page is the tap's own `--about`."""
 
 from __future__ import annotations
 
@@ -6,12 +8,21 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+from markdown.extensions.toc import slugify
+from mkdocs.config import load_config
+
+import build_docs
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 
 def quick_start_commands() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
+    readme = README.read_text()
     section = readme.split("## Quick start", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
     assert block, "the Quick start section has no bash block"
@@ -24,16 +35,111 @@ def test_quick_start_is_exactly_the_demo_then_the_tests() -> None:
         assert (ROOT / command).stat().st_mode & 0o111, f"{command} is not executable"
 
 
+def test_the_quick_start_is_the_first_section() -> None:
+    sections = re.findall(r"^## (.+)$", README.read_text(), re.MULTILINE)
+    assert sections[0] == "Quick start", sections
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^exec scripts/test\b", ci, re.MULTILINE), ci
 
 
-def test_readme_sections_are_current_with_docs_and_the_taps_about_output() -> None:
+def test_the_readme_is_at_most_300_lines() -> None:
+    assert len(README.read_text().splitlines()) <= 300
+
+
+def prose_paragraphs(text: str) -> list[str]:
+    """Paragraphs outside code blocks, whitespace collapsed (a command may well be in both)."""
+    without_code = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    paragraphs = (" ".join(block.split()) for block in re.split(r"\n\s*\n", without_code))
+    return [paragraph for paragraph in paragraphs if paragraph]
+
+
+def copied_from_docs(readme: str) -> list[str]:
+    """The README's paragraphs of more than a line that a docs page holds word for word."""
+    pages = [" ".join(page.read_text().split()) for page in DOCS.glob("*.md")]
+    return [
+        paragraph
+        for paragraph in prose_paragraphs(readme)
+        if len(paragraph) > 80 and any(paragraph in page for page in pages)
+    ]
+
+
+def test_the_readme_copies_no_docs_page() -> None:
+    assert copied_from_docs(README.read_text()) == []
+
+
+def test_a_paragraph_copied_from_the_docs_is_caught() -> None:
+    paragraph = prose_paragraphs((DOCS / "tap.md").read_text())[3]
+    assert copied_from_docs(README.read_text() + "\n\n" + paragraph + "\n") == [paragraph]
+
+
+def test_the_readmes_links_land_on_a_file_and_heading() -> None:
+    """What GitHub and PyPI show must not 404: every relative link names a file of this
+    repository, and a `#fragment` one of that page's headings."""
+    links = re.findall(r"\]\(([^)\s]+)\)", README.read_text())
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert len(local) >= 10, local
+    broken = []
+    for link in local:
+        path, _, fragment = link.partition("#")
+        target = ROOT / path
+        if not target.exists():
+            broken.append(link)
+        elif fragment:
+            headings = re.findall(r"^#+ (.+)$", target.read_text(), re.MULTILINE)
+            if fragment not in {slugify(heading, "-") for heading in headings}:
+                broken.append(link)
+    assert broken == []
+
+
+def nav_titles(nav: list[Any]) -> dict[str, str]:
+    """Every page of the site's navigation, title -> file, sections flattened."""
+    titles: dict[str, str] = {}
+    for entry in nav:
+        ((title, target),) = entry.items()
+        titles |= nav_titles(target) if isinstance(target, list) else {title: target}
+    return titles
+
+
+def test_the_site_has_a_page_per_task_and_every_doc_is_in_it() -> None:
+    config = load_config(str(ROOT / "mkdocs.yml"))
+    pages = nav_titles(config["nav"])
+    tasks = {
+        "Getting started",
+        "Configuration",
+        "Streams",
+        "Meltano",
+        "Airflow",
+        "Scale-out",
+        "Warehouse models",
+        "Security and erasure",
+        "Snowflake",
+        "Development",
+        "API notes",
+    }
+    assert tasks <= set(pages), tasks - set(pages)
+    assert sorted(pages.values()) == sorted(page.name for page in DOCS.glob("*.md"))
+
+
+def test_the_configuration_page_is_the_taps_about_output() -> None:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "build_readme.py"), "--check"],
+        [sys.executable, str(ROOT / "scripts" / "build_docs.py"), "--check"],
         capture_output=True,
         text=True,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_setting_missing_from_the_configuration_page_fails_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    about = build_docs.cli_about()
+    page = tmp_path / "configuration.md"
+    lines = build_docs.PAGE.read_text().splitlines(keepends=True)
+    page.write_text("".join(line for line in lines if not line.startswith("| `max_retries` |")))
+    monkeypatch.setattr(build_docs, "PAGE", page)
+    assert "| `max_retries` |" in build_docs.build(about)
+    assert build_docs.build(about) != page.read_text()

@@ -1,0 +1,127 @@
+"""Rebuild the generated part of docs/configuration.md from `tap-guestdata --about --format=json`.
+
+The page is hand-written down to its marker; below it, the settings table, the capabilities and
+the supported Python versions are the tap's own description of itself, so the docs cannot drift
+from the code. `--check` exits 1 if the page is not what this script would write
+(tests/test_readme.py runs it).
+
+    .venv/bin/python scripts/build_docs.py [--check]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "configuration.md"
+MARKER = (
+    "<!-- Generated below by scripts/build_docs.py from `tap-guestdata --about --format=json`;"
+    " edit above this line only. -->"
+)
+TAP = Path(sys.executable).parent / "tap-guestdata"
+
+
+def cli_about() -> dict[str, Any]:
+    output = subprocess.run(
+        [str(TAP), "--about", "--format=json"], capture_output=True, text=True, check=True
+    ).stdout
+    about: dict[str, Any] = json.loads(output)
+    return about
+
+
+def json_types(schema: Mapping[str, Any]) -> list[str]:
+    """The non-null JSON types a (sub)schema allows, in order, `anyOf`/`oneOf` included."""
+    if "const" in schema:
+        return [f"`{schema['const']}`"]
+    declared = schema.get("type", [])
+    types = [declared] if isinstance(declared, str) else list(declared)
+    for alternative in [*schema.get("anyOf", []), *schema.get("oneOf", [])]:
+        if isinstance(alternative, Mapping):
+            types += json_types(alternative)
+    return list(dict.fromkeys(kind for kind in types if kind != "null"))
+
+
+def type_cell(schema: Mapping[str, Any]) -> str:
+    kinds = ", ".join(json_types(schema)) or "any"
+    if kinds == "array" and "items" in schema:
+        kinds += " of " + ", ".join(json_types(schema["items"]))
+    if "enum" in schema:
+        return "one of " + ", ".join(f"`{value}`" for value in schema["enum"])
+    bounds = [
+        f"{sign} {schema[key]}"
+        for key, sign in (
+            ("minimum", ">="),
+            ("exclusiveMinimum", ">"),
+            ("maximum", "<="),
+            ("exclusiveMaximum", "<"),
+        )
+        if key in schema
+    ]
+    return kinds + (f" ({', '.join(bounds)})" if bounds else "")
+
+
+def cell(text: str) -> str:
+    # A pipe would end the table cell; a line break would end the row.
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def rows(properties: Mapping[str, Any], required: list[str], prefix: str = "") -> Iterator[str]:
+    """One table row per setting, then its nested settings (`batch_config.encoding`, ...)."""
+    for name, schema in properties.items():
+        notes = []
+        if name in required and not prefix:
+            notes.append("**Required.**")
+        if schema.get("secret"):
+            notes.append("Secret.")
+        default = f"`{json.dumps(schema['default'])}`" if "default" in schema else ""
+        description = " ".join([*notes, cell(schema.get("description", ""))]).strip()
+        yield f"| `{prefix}{name}` | {type_cell(schema)} | {default} | {description} |"
+        yield from rows(schema.get("properties", {}), [], f"{prefix}{name}.")
+
+
+def generated(about: Mapping[str, Any]) -> str:
+    settings = about["settings"]
+    return "\n".join(
+        [
+            "## Every setting",
+            "",
+            "| setting | type | default | description |",
+            "|---|---|---|---|",
+            *rows(settings["properties"], settings.get("required", [])),
+            "",
+            "## Capabilities",
+            "",
+            ", ".join(f"`{capability}`" for capability in about["capabilities"]) + ".",
+            "",
+            "## Supported Python versions",
+            "",
+            ", ".join(about["supported_python_versions"])
+            + f" (tap-guestdata {about['version']}, singer-sdk {about['sdk_version']}).",
+            "",
+        ]
+    )
+
+
+def build(about: Mapping[str, Any]) -> str:
+    head = PAGE.read_text().split(MARKER)[0].rstrip()
+    return f"{head}\n\n{MARKER}\n\n{generated(about)}"
+
+
+def main() -> int:
+    text = build(cli_about())
+    if "--check" in sys.argv[1:]:
+        if PAGE.read_text() != text:
+            print(f"{PAGE.relative_to(ROOT)} is stale: run .venv/bin/python scripts/build_docs.py")
+            return 1
+        return 0
+    PAGE.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
