@@ -75,6 +75,7 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
         self._records_counter: StreamCounters | None = None
         self._utc_replication_key: str | None = None
         self._listing_progress: dict[PartitionKey, ListingProgress] = {}
+        self.rows_read_by_venue: dict[Any, set[Any]] = {}  # deletions.record_window
 
     # ------------------------------------------------------------------ shared run state
 
@@ -168,6 +169,15 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
         """The first London day a row of this windowed stream can have (deletions.py); None:
         not known, so only a window with no lower bound reads the whole history."""
         return None
+
+    def venues_covered(self) -> list[int] | None:
+        """The venues a complete read of this windowed stream covers (deletions.record_window);
+        None: its reads are not recorded."""
+        return None
+
+    def sibling_selected(self, name: str) -> bool:
+        stream = self.tap.streams.get(name)
+        return stream is not None and stream.selected
 
     def lookback_days(self) -> int:
         if self.window is None or self.window.lookback_setting is None:
@@ -385,7 +395,7 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
             raise
         self.listing_finished(context)
         if following_deletions:
-            deletions.activate(self, context, unread)
+            deletions.follow(self, context, unread)
         if self.parent_stream_type is None:
             names = [self.name, *(child.name for child in self.child_streams)]
             self.runtime.progress.finished(*names)
@@ -477,6 +487,8 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
         key = self._utc_replication_key
         if key is not None and (value := row.get(key)) is not None:
             row[key] = self._utc_cursor(row, key, value)  # bookmarks compare as strings: UTC
+        if self.follows_deletions and self.window is not None:
+            deletions.note_row_read(self, row)
         if self._records_counter is not None:
             self._records_counter.records += 1
         return row

@@ -24,12 +24,22 @@ hard_delete, gone). Here it goes out at the end, and only when the read was comp
   interrupted read (whose newer rows the killed run read).
 
 Otherwise one line says why deletions were not checked, and nothing is marked.
+
+Inside any window (a `start_date`, an incremental run): Singer has no ACTIVATE_VERSION scoped to
+a window, so the warehouse is told what was read instead. A complete, not resumed read of a
+windowed stream records one `read_windows` row per venue it covered: the window
+`[covers_from, covers_until)`, the run's version and how many distinct rows it returned. The dbt
+project (macros/source_deletions.sql) flags a raw row of that venue and window whose version is
+older than the read's as deleted in the source, once the warehouse holds at least `rows_read`
+rows of the read (a load that lost part of the read flags nothing). A row outside every recorded
+window is never flagged.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 
@@ -79,16 +89,78 @@ def unread_history(stream: GuestDataStream, context: Context | None) -> str | No
     )
 
 
+def note_row_read(stream: GuestDataStream, row: dict[str, Any]) -> None:
+    """Count the distinct rows of each venue this read returned inside its recorded window,
+    which ends at the sync start (the window's integrity check in the warehouse). The cursor is
+    already UTC text here (post_process), so it compares as a string."""
+    cursor = row.get(stream.replication_key or "")
+    if isinstance(cursor, str) and cursor < windows.utc_text(stream.sync_started_at):
+        stream.rows_read_by_venue.setdefault(row.get("venue_id"), set()).add(row.get("id"))
+
+
+def record_window(stream: GuestDataStream, context: Context | None) -> str | None:
+    """After a finished read of a windowed stream: a `read_windows` row per venue it covered.
+    Returns why it recorded nothing (None when it did, or when the stream has no window)."""
+    venue_ids = stream.venues_covered()
+    if stream.window is None or venue_ids is None:
+        return None
+    progress = stream.listing_progress(context)
+    if progress is not None and progress.until() is not None:
+        return "a resumed read: the rows above its resume point were read by the run that stopped"
+    if not stream.sibling_selected("read_windows"):
+        return (
+            "read_windows is not selected: select read_windows.* beside it so that rows of the "
+            "window the API no longer returns are flagged"
+        )
+    since = stream.window_params(context).get(stream.window.since)
+    covers_from = windows.parse_boundary(since) if since else EPOCH
+    completed_at = dt.datetime.now(windows.UTC)
+    for venue_id in venue_ids:
+        stream.runtime.completed_reads.append(
+            {
+                "stream": stream.name,
+                "venue_id": venue_id,
+                "read_version": run_version(stream),
+                "read_started_at": stream.sync_started_at.isoformat(),
+                "covers_from": covers_from.isoformat(),
+                "covers_until": stream.sync_started_at.isoformat(),
+                "rows_read": len(stream.rows_read_by_venue.get(venue_id, ())),
+                "completed_at": completed_at.isoformat(),
+            }
+        )
+    stream.logger.info(
+        "Deletions: %s: every row from %s to %s was read for %d venues (read_windows): rows "
+        "of that window the warehouse holds from earlier reads and this read did not return are "
+        "flagged deleted by the dbt project",
+        stream.name,
+        since or "the first day",
+        stream.sync_started_at.isoformat(),
+        len(venue_ids),
+    )
+    return None
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=windows.UTC)  # a window with no lower bound
+
+
 def not_checked(stream: GuestDataStream, why: str) -> None:
     stream.logger.info("Deletions: %s: not checked: %s", stream.name, why)
 
 
-def activate(stream: GuestDataStream, context: Context | None, unread: str | None) -> None:
+def follow(stream: GuestDataStream, context: Context | None, unread: str | None) -> None:
     """After a finished read: ACTIVATE_VERSION if it covered the whole history (`unread` is
-    None, as `unread_history` said before the read), else one line saying why not."""
-    if unread is not None:
+    None, as `unread_history` said before the read), and the window it read (read_windows);
+    one line for each check not made, saying why."""
+    if unread is None:
+        activate(stream)
+    not_recorded = record_window(stream, context)
+    if unread is not None and not_recorded is not None:
+        not_checked(stream, f"{unread}; inside the window: {not_recorded}")
+    elif unread is not None and stream.window is None:
         not_checked(stream, unread)
-        return
+
+
+def activate(stream: GuestDataStream) -> None:
     version = run_version(stream)
     stream.write_activate_version(version)
     stream.logger.info(

@@ -107,6 +107,7 @@ class Runtime:
             window_seconds=settings.rate_limit_window_seconds,
         )
         self.first_pages: dict[str, requests.Response] = {}  # read by the plan, kept for the sync
+        self.completed_reads: list[dict[str, Any]] = []  # read_windows rows (deletions.py)
 
     def attempting(self, stream: str) -> None:
         """This thread's next attempts are `stream`'s (counted when they get a key's slot)."""

@@ -35,6 +35,7 @@ STREAM_TYPES: list[type[GuestDataStream]] = [
     core.Guests,
     core.DailyStats,
     core.DailyAccountStats,
+    core.ReadWindows,
     rewards.Programme,
     rewards.ProgrammeVenues,
     rewards.Tiers,

@@ -6,6 +6,7 @@ The PostgreSQL and Meltano fixtures of the suites that run the Meltano project (
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -32,8 +33,11 @@ def fresh_sandbox() -> Iterator[SandboxProcess]:
 
 @pytest.fixture(scope="module")
 def module_sandbox() -> Iterator[SandboxProcess]:
-    """A sandbox of the test module's own: its tests may mutate it, in order (e2e, Snowflake)."""
-    with SandboxProcess(size="small", seed=11, limits=False) as server:
+    """A sandbox of the test module's own: its tests may mutate it, in order (e2e, Snowflake).
+    GUESTDATA_TEST_SANDBOX_ANCHOR=YYYY-MM-DD ends its data on that London day instead of now
+    (tests that pick their rows from the data mean the same on any day)."""
+    anchor = os.environ.get("GUESTDATA_TEST_SANDBOX_ANCHOR") or None
+    with SandboxProcess(size="small", seed=11, limits=False, anchor=anchor) as server:
         yield server
 
 

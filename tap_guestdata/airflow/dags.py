@@ -61,13 +61,13 @@ POOL_PREFIX = "guestdata_api_key_"
 
 # Task id -> streams; the extractor is `tap-guestdata--<task id>` (meltano.yml).
 STREAM_GROUPS: dict[str, str] = {  # the groups of accounts.GROUPS, in that order
-    "core": "account, venues, guests",
+    "core": "account, venues, guests, read_windows",
     "members": "members, member_ledger",
     "rewards": "rewards, redemptions",
     "offers": "programme, programme_venues, tiers, offers, offer_stats",
     "stats": "daily_stats, daily_account_stats",
 }
-REFRESH_STREAMS = "guests, daily_stats, daily_account_stats"
+REFRESH_STREAMS = "guests, read_windows, daily_stats, daily_account_stats"
 
 
 def raw_asset(group: str) -> Asset:

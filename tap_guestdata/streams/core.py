@@ -69,6 +69,27 @@ class Guests(GuestDataStream):
         """No guest arrived before the account's first venue existed (spec 2.2 created_at)."""
         return min(windows.london_day(venue["created_at"]) for venue in all_venues(self))
 
+    def venues_covered(self) -> list[int]:
+        """A listing without venue_id covers every venue the key may see (spec 4.1)."""
+        return [venue["id"] for venue in all_venues(self)]
+
+
+class ReadWindows(GuestDataStream):
+    """No endpoint: the complete reads of windowed streams this run made, one row per venue, so
+    the warehouse can flag rows of a window the API no longer returns (deletions.py). Selected
+    beside guests, not by default (a catalog without it behaves as before)."""
+
+    name = "read_windows"
+    primary_keys = ("stream", "venue_id", "read_version")
+    paged = False
+    selected_by_default = False
+
+    def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
+        return list(self.runtime.completed_reads)  # streams sync in name order: guests is done
+
+    def planned_requests(self) -> StreamPlan:
+        return StreamPlan(self.name, 0, "no requests: what this run read in full")
+
 
 class _DailyStatistics(GuestDataStream):
     """One /stats request per London day (spec 2.4, from = to = that day), run by the worker

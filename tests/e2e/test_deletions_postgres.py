@@ -1,17 +1,26 @@
-"""Issue #17: a guest deleted in the service leaves the warehouse at the next weekly refresh.
+"""Issues #17 and #25: a guest deleted in the service leaves the warehouse, whatever start_date.
 
-In order, on one sandbox and a database of this module's own (ACTIVATE_VERSION changes rows
-other modules would check): a full load, two guests deleted in the sandbox, a refresh with a
-narrower window (marks nothing), the weekly refresh (`--full-refresh`, as scheduled: marks both,
-changes nothing else, and the models drop them), a daily run (keeps them marked), then the same
-with the target's `hard_delete` (the row is gone). Tap-side proofs for killed runs, failed pages
-and 403s: tests/reliability/test_deletions.py.
+In order, on one sandbox and a database of this module's own (deletions change rows other
+modules would check). The guests and windows are picked from the data (`DeletionCase`), so the
+test means the same on every day and at every hour (GUESTDATA_TEST_SANDBOX_ANCHOR moves the
+sandbox's last day):
+- a full load; two guests deleted in the sandbox: `recent`, on the newest final London day with
+  arrivals, and `older`, in the middle of the history;
+- the stats group re-read over `recent`'s day: the API's counts fell, the guest rows did not, so
+  the reconciliation warns (it is a deletion not yet followed, not a loss) and the job is green;
+- a refresh whose start_date is `recent`'s day: `recent` is flagged, nothing else is touched;
+- the weekly refresh with a start_date after the account's first day (the case of #25): `older`
+  is flagged too, both lose their contact in raw and models, the job and dbt are green;
+- a daily run keeps them flagged; a refresh of the whole history with the target's
+  `hard_delete` removes the rows.
+Tap-side proofs for killed runs, failed pages and 403s: tests/reliability/test_deletions.py.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -23,6 +32,7 @@ from demo_pipeline import TARGET_SCHEMA, Destination
 from guestdata_sandbox.testing import SandboxProcess
 from support.pipeline import MeltanoProject, sandbox_project, throwaway_database
 from support.streams import truth_rows
+from tap_guestdata import windows
 
 pytestmark = pytest.mark.e2e
 
@@ -34,8 +44,11 @@ FULL_LOAD = (
     "guestdata-pg-types:timestamptz",
 )
 WEEKLY_REFRESH = ("--environment=dev", "run", "--full-refresh", "guestdata-refresh-to-postgres")
+STATS_REREAD = ("--environment=dev", "run", "--full-refresh", "guestdata-stats-to-postgres")
 DAILY_CORE = ("--environment=dev", "run", "guestdata-core-to-postgres")
 STAGING_GUESTS = "stg_guestdata__guests"
+PLACEHOLDER = "********"
+AWAITING = "RECONCILIATION WARN reconcile_venue_daily_visits_awaiting_source_deletions"
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +74,15 @@ def conninfo(pg_server: Destination, database: str) -> str:
     return pg_server.conninfo(database)
 
 
-def raw_guests(conninfo: str) -> dict[int, dict[str, Any]]:
-    query = sql.SQL("SELECT * FROM {}").format(sql.Identifier(TARGET_SCHEMA, "guests"))
+def query(conninfo: str, statement: sql.Composable) -> list[dict[str, Any]]:
     with psycopg.connect(conninfo) as connection:
-        rows = connection.cursor(row_factory=dict_row).execute(query).fetchall()
+        return connection.cursor(row_factory=dict_row).execute(statement).fetchall()
+
+
+def raw_guests(conninfo: str) -> dict[int, dict[str, Any]]:
+    rows = query(
+        conninfo, sql.SQL("SELECT * FROM {}").format(sql.Identifier(TARGET_SCHEMA, "guests"))
+    )
     return {row["id"]: row for row in rows}
 
 
@@ -73,66 +91,138 @@ def business(row: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in row.items() if not name.startswith("_sdc_")}
 
 
-def staged_guest_ids(conninfo: str) -> set[int]:
+def flagged(rows: dict[int, dict[str, Any]]) -> set[int]:
+    return {guest_id for guest_id, row in rows.items() if row["_sdc_deleted_at"] is not None}
+
+
+def model_rows(conninfo: str, model: str) -> list[dict[str, Any]]:
     with psycopg.connect(conninfo) as connection:
         (schema,) = connection.execute(
-            "SELECT table_schema FROM information_schema.tables WHERE table_name = %s",
-            (STAGING_GUESTS,),
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = %s", (model,)
         ).fetchone()
-        query = sql.SQL("SELECT guest_visit_id FROM {}").format(
-            sql.Identifier(schema, STAGING_GUESTS)
+    return query(conninfo, sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, model)))
+
+
+def staged_guest_ids(conninfo: str) -> set[int]:
+    return {row["guest_visit_id"] for row in model_rows(conninfo, STAGING_GUESTS)}
+
+
+def truth_guests(truth: Callable[[], dict]) -> dict[int, dict[str, Any]]:
+    return {row["id"]: row for row in truth_rows(truth(), "guests")}
+
+
+def output(result: Any) -> str:
+    return str(result.stdout) + str(result.stderr)
+
+
+@dataclass(frozen=True)
+class DeletionCase:
+    """Two guests to delete and the windows that see them, picked from the sandbox's data."""
+
+    recent: dict[str, Any]  # on the newest London day that has ended and has arrivals
+    older: dict[str, Any]  # in the middle of the history
+    first_day: dt.date  # the first London day a guest can have (the first venue's)
+
+    @property
+    def recent_day(self) -> dt.date:
+        return windows.london_day(self.recent["visited_at"])
+
+    @property
+    def older_day(self) -> dt.date:
+        return windows.london_day(self.older["visited_at"])
+
+    @property
+    def refresh_start(self) -> dt.date:
+        """A start_date after the account's first day that still covers `older`."""
+        return self.older_day - dt.timedelta(days=1)
+
+    @classmethod
+    def pick(cls, truth: dict) -> DeletionCase:
+        today = windows.london_day(dt.datetime.now(windows.UTC))
+        guests = sorted(truth_rows(truth, "guests"), key=lambda row: row["visited_at"])
+        first_day = min(
+            windows.london_day(row["created_at"]) for row in truth_rows(truth, "venues")
         )
-        return {guest_id for (guest_id,) in connection.execute(query)}
+        ended = [row for row in guests if windows.london_day(row["visited_at"]) < today]
+        recent = ended[-1]
+        middle_day = first_day + (windows.london_day(recent["visited_at"]) - first_day) / 2
+        older = next(row for row in guests if windows.london_day(row["visited_at"]) >= middle_day)
+        case = cls(recent, older, first_day)
+        assert case.first_day < case.refresh_start < case.older_day < case.recent_day, case
+        return case
 
 
-def truth_guest_ids(truth: Callable[[], dict]) -> set[int]:
-    return {row["id"] for row in truth_rows(truth(), "guests")}
+@pytest.fixture(scope="module")
+def case(module_truth: Callable[[], dict]) -> DeletionCase:
+    return DeletionCase.pick(module_truth())
 
 
-def two_guests_to_delete(truth: Callable[[], dict]) -> list[int]:
-    """The newest guest and one from the middle of the history."""
-    ids = sorted(truth_guest_ids(truth))
-    return [ids[-1], ids[len(ids) // 2]]
-
-
-def test_weekly_refresh_marks_guests_deleted_in_the_source_and_nothing_else(
+def test_a_refresh_with_start_date_flags_guests_deleted_inside_its_window_and_nothing_else(
     meltano: MeltanoProject,
     module_sandbox: SandboxProcess,
     module_truth: Callable[[], dict],
     conninfo: str,
+    case: DeletionCase,
 ) -> None:
     meltano.run(*FULL_LOAD)
     before = raw_guests(conninfo)
-    assert set(before) == truth_guest_ids(module_truth)
-    deleted = two_guests_to_delete(module_truth)
+    assert set(before) == set(truth_guests(module_truth))
+    deleted = {case.recent["id"], case.older["id"]}
     for guest_id in deleted:
         module_sandbox.mutate("delete_guest", guest_id=guest_id)
-    assert not set(deleted) & truth_guest_ids(module_truth)
+    assert not deleted & set(truth_guests(module_truth))
 
-    # A refresh that did not read the whole history marks nothing, and says why.
-    two_days_ago = (dt.date.today() - dt.timedelta(days=2)).isoformat()
-    narrow = meltano.run(*WEEKLY_REFRESH, extra_env={"TAP_GUESTDATA_START_DATE": two_days_ago})
-    assert "Deletions: guests: not checked" in narrow.stdout + narrow.stderr
-    assert all(row["_sdc_deleted_at"] is None for row in raw_guests(conninfo).values())
+    # The API's stats of `recent`'s day fell, its guest rows were not re-read: a deletion not
+    # yet followed warns (and says which run follows it); the job stays green.
+    stats = meltano.run(
+        *STATS_REREAD, extra_env={"TAP_GUESTDATA_START_DATE": case.recent_day.isoformat()}
+    )
+    assert AWAITING in output(stats), output(stats)[-3000:]
+    assert "RECONCILIATION ERROR" not in output(stats)
+    assert not flagged(raw_guests(conninfo))
 
-    refresh = meltano.run(*WEEKLY_REFRESH)
-    assert "Deletions: guests: the whole history was read" in refresh.stdout + refresh.stderr
+    # A refresh narrower than the warehouse: only what its window covers changes.
+    narrow = meltano.run(
+        *WEEKLY_REFRESH, extra_env={"TAP_GUESTDATA_START_DATE": case.recent_day.isoformat()}
+    )
+    assert "Deletions: guests: every row from " + case.recent_day.isoformat() in output(narrow)
+    assert "RECONCILIATION" not in output(narrow), output(narrow)[-3000:]
+    after_narrow = raw_guests(conninfo)
+    assert flagged(after_narrow) == {case.recent["id"]}
+    unchanged = set(before) - {case.recent["id"]}
+    assert [gid for gid in unchanged if business(after_narrow[gid]) != business(before[gid])] == []
+
+    # The weekly refresh as most users run it: start_date set, after the account's first day.
+    refresh = meltano.run(
+        *WEEKLY_REFRESH, extra_env={"TAP_GUESTDATA_START_DATE": case.refresh_start.isoformat()}
+    )
+    assert "ACTIVATE_VERSION" not in output(refresh).split("Deletions: venues")[0]
+    assert "Deletions: guests: every row from " + case.refresh_start.isoformat() in output(refresh)
+    assert "RECONCILIATION" not in output(refresh), output(refresh)[-3000:]
     after = raw_guests(conninfo)
-    marked = {guest_id for guest_id, row in after.items() if row["_sdc_deleted_at"] is not None}
-    assert marked == set(deleted)
-    assert set(after) == set(before), "soft delete: the rows stay, dated"
-    kept = set(before) - set(deleted)
+    assert flagged(after) == deleted
+    assert set(after) == set(before), "soft delete: the rows stay, flagged"
+    kept = set(before) - deleted
     changed = [gid for gid in kept if business(after[gid]) != business(before[gid])]
     assert not changed, f"rows the refresh changed: {changed[:10]}"
-    # The job's dbt build ran on the refreshed tables: staging drops the deleted guests.
-    staged = staged_guest_ids(conninfo)
-    assert not staged & set(deleted)
-    assert staged == truth_guest_ids(module_truth)
+    for guest_id in deleted:  # the person is gone from raw, the arrival's facts stay
+        row = after[guest_id]
+        assert (row["email"], row["phone"], row["name"], row["last_name"]) == (
+            PLACEHOLDER,
+            PLACEHOLDER,
+            PLACEHOLDER,
+            None,
+        ), row
+        assert row["visited_at"] == before[guest_id]["visited_at"]
+    # The job's dbt build ran on the flagged tables: no model holds them or their contact.
+    assert staged_guest_ids(conninfo) == set(truth_guests(module_truth))
+    emails = {before[guest_id]["email"] for guest_id in deleted}
+    audience = {row["email"] for row in model_rows(conninfo, "marketing_audience")}
+    assert not emails & audience
 
-    # The daily incremental run does not read them again, and leaves them marked.
+    # The daily incremental run does not read them again, and leaves them flagged.
     meltano.run(*DAILY_CORE)
-    still = raw_guests(conninfo)
-    assert {gid for gid, row in still.items() if row["_sdc_deleted_at"] is not None} == marked
+    assert flagged(raw_guests(conninfo)) == deleted
 
 
 def test_hard_delete_removes_the_rows_of_guests_deleted_in_the_source(
@@ -140,14 +230,16 @@ def test_hard_delete_removes_the_rows_of_guests_deleted_in_the_source(
     module_sandbox: SandboxProcess,
     module_truth: Callable[[], dict],
     conninfo: str,
+    case: DeletionCase,
 ) -> None:
     before = raw_guests(conninfo)
-    (deleted, _) = two_guests_to_delete(module_truth)
+    deleted = next(gid for gid in sorted(truth_guests(module_truth)) if gid not in flagged(before))
     module_sandbox.mutate("delete_guest", guest_id=deleted)
-    meltano.run(*WEEKLY_REFRESH, extra_env={"TARGET_POSTGRES_HARD_DELETE": "true"})
+    whole = meltano.run(*WEEKLY_REFRESH, extra_env={"TARGET_POSTGRES_HARD_DELETE": "true"})
+    assert "Deletions: guests: the whole history was read" in output(whole)
     after = raw_guests(conninfo)
     assert deleted in before and deleted not in after
-    assert set(after) == truth_guest_ids(module_truth), "rows marked earlier are removed too"
-    assert all(row["_sdc_deleted_at"] is None for row in after.values())
+    assert set(after) == set(truth_guests(module_truth)), "rows flagged earlier are removed too"
+    assert not flagged(after)
     unchanged = {gid for gid in after if business(after[gid]) == business(before[gid])}
     assert unchanged == set(after)

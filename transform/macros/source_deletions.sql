@@ -1,0 +1,113 @@
+{#- Deletions followed inside any window (tap_guestdata/deletions.py; docs/security.md "A guest
+    deleted at the vendor"). Deleting a guest in the service drops them from the API (spec 1);
+    Singer has no ACTIVATE_VERSION scoped to a window, so the tap records each complete read of
+    guests in read_windows: per venue, the window [covers_from, covers_until), the run's version
+    (read_version, epoch ms of its start) and how many distinct rows it returned (rows_read).
+
+    A raw row is deleted in the source when a trusted read covered its venue and instant, and the
+    row's newest version is older than that read (the read did not return it). A read is trusted
+    once the warehouse holds at least rows_read rows of it (version >= read_version): a load
+    that lost part of a read flags nothing. A row outside every recorded window is never flagged. -#}
+
+{% macro source_deletion_streams() %}
+  {#- stream: its raw table's venue and time columns, and what its personal fields become -#}
+  {% set erased = erasure_placeholder() %}
+  {{ return([
+      {'name': 'guests', 'time': 'visited_at',
+       'set': {'name': erased, 'first_name': erased, 'last_name': none, 'email': erased,
+               'phone': erased}},
+  ]) }}
+{% endmacro %}
+
+{#- The trusted complete reads of a stream (see above), or none when read_windows or the raw
+    table does not exist yet (the tap before 0.2, or read_windows not selected). -#}
+{% macro trusted_reads_sql(stream) %}
+  {% set windows = erasure_raw_relation('read_windows') if execute else none %}
+  {% set raw = erasure_raw_relation(stream.name) if execute else none %}
+  {% if windows is none or raw is none %}
+    {{ return(none) }}
+  {% endif %}
+  {{ return(
+    "select reads.venue_id, reads.read_version, reads.read_started_at, reads.covers_from,"
+    ~ " reads.covers_until, reads.completed_at"
+    ~ " from " ~ windows ~ " as reads"
+    ~ " left join " ~ raw ~ " as held"
+    ~ " on held.venue_id = reads.venue_id"
+    ~ " and held." ~ stream.time ~ " >= reads.covers_from"
+    ~ " and held." ~ stream.time ~ " < reads.covers_until"
+    ~ " and held._sdc_table_version >= reads.read_version"
+    ~ " where reads.stream = '" ~ stream.name ~ "'"
+    ~ " group by reads.venue_id, reads.read_version, reads.read_started_at, reads.covers_from,"
+    ~ " reads.covers_until, reads.completed_at, reads.rows_read"
+    ~ " having count(distinct held.id) >= reads.rows_read"
+  ) }}
+{% endmacro %}
+
+{#- Ids of the stream's raw rows deleted in the source, with when that was first seen. -#}
+{% macro deleted_in_source_sql(stream, trusted) -%}
+select ids.id as deleted_id, min(trusted.completed_at) as deleted_seen_at
+from (
+    select id, venue_id, min({{ stream.time }}) as row_time,
+        max(coalesce(_sdc_table_version, 0)) as newest_version
+    from {{ erasure_raw_relation(stream.name) }}
+    group by id, venue_id
+) as ids
+inner join ({{ trusted }}) as trusted
+    on trusted.venue_id = ids.venue_id
+    and ids.row_time >= trusted.covers_from
+    and ids.row_time < trusted.covers_until
+    and ids.newest_version < trusted.read_version
+group by ids.id
+{%- endmacro %}
+
+{#- on-run-start: rows the API no longer returns inside a trusted read's window are marked
+    (_sdc_deleted_at, so staging leaves them out) and lose their personal fields, as an erasure
+    does; rows already in that form are not counted again. -#}
+{% macro apply_source_deletions(on_run_start=false) %}
+  {% if not execute or (on_run_start and flags.WHICH not in ['build', 'run', 'test', 'retry']) %}
+    {{ return('') }}
+  {% endif %}
+  {% set counts = {} %}
+  {% for stream in source_deletion_streams() %}
+    {% set trusted = trusted_reads_sql(stream) %}
+    {% if trusted is not none %}
+      {% set relation = erasure_raw_relation(stream.name) %}
+      {% set match = "id in (select deleted_id from (" ~ deleted_in_source_sql(stream, trusted)
+                     ~ ") as deleted_in_source)" %}
+      {% set assignments = {} %}
+      {% do assignments.update(stream.set) %}
+      {% do assignments.update({'_sdc_deleted_at': 'now'}) %}
+      {% set response, _ = adapter.execute(erasure_update_sql(relation, assignments, match),
+                                           auto_begin=true) %}
+      {% do counts.update({stream.name: response.rows_affected}) %}
+    {% endif %}
+  {% endfor %}
+  {% if counts %}
+    {% do adapter.commit() %}
+    {{ log('source deletions: rows the API no longer returns, newly flagged: '
+           ~ erasure_counts_text(counts), info=True) }}
+  {% endif %}
+  {{ return('') }}
+{% endmacro %}
+
+{#- For fct_venue_daily: per venue and London day, when the newest trusted read of guests that
+    covered the whole day started (its rows then are the API's rows then). -#}
+{% macro guests_confirmed_sql() -%}
+  {%- set stream = source_deletion_streams()[0] -%}
+  {%- set trusted = trusted_reads_sql(stream) -%}
+  {%- if trusted is none -%}
+select
+    cast(null as {{ dbt.type_bigint() }}) as venue_id,
+    cast(null as date) as covered_from_day,
+    cast(null as date) as covered_until_day,
+    cast(null as {{ dbt.type_timestamp() }}) as read_started_at
+where 1 = 0
+  {%- else -%}
+select
+    venue_id,
+    {{ london_date('covers_from') }} as covered_from_day,
+    {{ london_date('covers_until') }} as covered_until_day,
+    read_started_at
+from ({{ trusted }}) as trusted
+  {%- endif -%}
+{%- endmacro %}
