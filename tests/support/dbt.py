@@ -304,3 +304,47 @@ def files_holding(folder: Path, values: list[str]) -> list[str]:
             text = path.read_bytes().decode("utf-8", "replace").lower()
             found += [f"{path}: {value}" for value in values if value.lower() in text]
     return found
+
+
+class ServerStatementLog:
+    """What the PostgreSQL server logged for one database from now on: `log_statement = 'all'`
+    set on that database (its new sessions log every statement, literals included), read back
+    from the server's log file. The statement history a salt must never reach."""
+
+    def __init__(self, conninfo: str, database: str) -> None:
+        with psycopg.connect(conninfo, autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("ALTER DATABASE {} SET log_statement = 'all'").format(
+                    sql.Identifier(database)
+                )
+            )
+            self.path = server_log_file(connection)
+        self.offset = self.path.stat().st_size
+
+    def text(self) -> str:
+        with self.path.open("rb") as log:
+            log.seek(self.offset)
+            return log.read().decode("utf-8", "replace")
+
+
+def server_log_file(connection: psycopg.Connection) -> Path:
+    """The server's log: the collector's current file, or Debian's pg_ctlcluster log."""
+    settings = dict(
+        connection.execute(
+            "SELECT name, setting FROM pg_settings "
+            "WHERE name IN ('logging_collector', 'data_directory', 'cluster_name')"
+        ).fetchall()
+    )
+    candidates = []
+    if settings.get("logging_collector") == "on":
+        (current,) = connection.execute("SELECT pg_current_logfile()").fetchone()
+        candidates.append(Path(settings["data_directory"]) / current)
+    cluster = settings.get("cluster_name", "").replace("/", "-")
+    candidates.append(Path(f"/var/log/postgresql/postgresql-{cluster}.log"))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.R_OK):
+            return path
+    raise AssertionError(
+        f"the server's statement log is not readable here (tried {candidates}): run the tests "
+        "as a user who can read it, against a server that logs to a file"
+    )

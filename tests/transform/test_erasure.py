@@ -6,12 +6,14 @@ audit line counts exactly the rows that held them and names no one, and nothing 
 the identifier; a second run changes no row anywhere; a build after it passes every test; the
 next daily sync and the weekly refresh load the person again (the API still serves them) and the
 build that follows erases them again before any model reads them, while staging already keeps
-them out; released, the refresh brings them back into the audience.
+them out; released, the refresh brings them back into the audience. The salt is made by the
+warehouse and kept in its own table: after an erasure and a build, its value is in no file dbt
+wrote (target/, logs/) and in no statement the server logged.
 """
 
 from __future__ import annotations
 
-import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from support.dbt import (
     Dbt,
     DbtRun,
     Person,
+    ServerStatementLog,
     assert_every_model_built_and_every_test_passed,
     audit_line,
     erased_again,
@@ -37,7 +40,6 @@ pytestmark = pytest.mark.e2e
 
 MODELS_SCHEMA = f"{RAW_SCHEMA}_analytics"
 SCHEMAS = (RAW_SCHEMA, MODELS_SCHEMA, f"{MODELS_SCHEMA}_staging")
-SALT = secrets.token_hex(32)
 REFRESH_LOAD_ONLY = (
     "--environment=dev",
     "run",
@@ -48,10 +50,17 @@ REFRESH_LOAD_ONLY = (
 )
 
 
-@pytest.fixture(scope="module")
-def run_env() -> dict[str, str]:
-    """The salt, as it is set wherever dbt runs (the loads' builds included)."""
-    return {"GUESTDATA_ERASURE_SALT": SALT}
+@pytest.fixture(scope="module", autouse=True)
+def statement_log(conninfo: str, e2e_database: str) -> Iterator[ServerStatementLog]:
+    """Every statement the server runs on the module's database, from before the first load."""
+    yield ServerStatementLog(conninfo, e2e_database)
+
+
+def salt(conninfo: str) -> str:
+    """The warehouse's own salt, read by name (this statement does not contain it)."""
+    ((value,),) = query(conninfo, f"SELECT salt FROM {RAW_SCHEMA}.guestdata_erasure_salt")
+    assert isinstance(value, str) and len(value) == 64, "two random UUIDs as hex"
+    return value
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +155,7 @@ def test_erase_person_removes_the_email_and_phone_from_every_table_and_names_no_
     identifiers_given = [person.email, *person.phones]
     assert not [v for v in identifiers_given if v.lower() in run.output.lower()]
     assert files_holding(target_dir, identifiers_given) == []
-    assert SALT not in run.output
+    assert salt(conninfo) not in run.output
 
 
 def test_a_second_erase_changes_nothing(
@@ -158,14 +167,25 @@ def test_a_second_erase_changes_nothing(
     assert every_table(conninfo) == before
 
 
-def test_a_build_after_the_erasure_passes_every_test(
-    loaded: MeltanoProject, dbt: Dbt, conninfo: str, person: Person, target_dir: Path
+def test_a_build_after_the_erasure_passes_every_test_and_the_salt_is_in_no_sql_text(
+    loaded: MeltanoProject,
+    dbt: Dbt,
+    conninfo: str,
+    person: Person,
+    target_dir: Path,
+    statement_log: ServerStatementLog,
 ) -> None:
     run = dbt.build()
     assert run.returncode == 0, run.output[-3000:]
     assert_every_model_built_and_every_test_passed(target_dir)
     assert "marketing_audience_has_no_person_erased_on_request" in run.statuses("test")
     assert rows_holding(conninfo, person) == {}
+    # The salt: in no file dbt wrote and in no statement the server ran, though every hash was
+    # computed by those statements (they name its table).
+    assert files_holding(target_dir, [salt(conninfo)]) == []
+    logged = statement_log.text()
+    assert "guestdata_erasure_salt" in logged and "guestdata_erasures" in logged
+    assert salt(conninfo) not in logged
     # The arrivals still count as visits (the API counts them until the vendor erases them).
     assert query(
         conninfo,

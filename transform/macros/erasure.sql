@@ -57,12 +57,14 @@
   {% if not execute %}
     {{ return('') }}
   {% endif %}
-  {% set salt = erasure_salt() %}
   {% set request = erasure_normalise(env_var('GUESTDATA_ERASE_IDENTIFIER', ''), kind) %}
+  {% set context = erasure_create_tables() %}
+  {% do erasure_check_salt(context) %}
+  {#- The identifier is hashed here, in dbt's process: the salt is read into it (the query names
+      the table), so neither the identifier nor the salt is ever in an SQL text. -#}
+  {% set salt = run_query('select salt from ' ~ context.salt_table).columns[0].values()[0] %}
   {% set identifier_hash = local_md5(salt ~ request.value) %}
   {% set request_hash = local_md5(salt ~ request.kind ~ ':' ~ request.value) %}
-  {% set context = {'table': erasure_create_table(), 'salt': salt} %}
-  {% do erasure_check_salt(context) %}
   {% set identifiers = erasure_record(context, request_hash, identifier_hash, request.kind) %}
   {% set counts = erasure_apply(context) %}
   {% do adapter.commit() %}
@@ -79,7 +81,7 @@
   {% if table is none %}
     {{ return('') }}
   {% endif %}
-  {% set context = {'table': table, 'salt': erasure_salt()} %}
+  {% set context = erasure_context() %}
   {% do erasure_check_salt(context) %}
   {% set counts = erasure_apply(context) %}
   {% do adapter.commit() %}
@@ -141,10 +143,14 @@
   {{ return({'kind': kind, 'value': value}) }}
 {% endmacro %}
 
-{% macro erasure_create_table() %}
+{#- The suppression table and the salt table beside it, created on first use; the salt is made by
+    the warehouse, once, and only the pipeline's role (the tables' owner) may read it. -#}
+{% macro erasure_create_tables() %}
   {% set raw = erasure_raw_location() %}
   {% set table = api.Relation.create(database=raw.database, schema=raw.schema,
                                      identifier=erasure_table_name(), type='table') %}
+  {% set salt_table = api.Relation.create(database=raw.database, schema=raw.schema,
+                                          identifier=erasure_salt_table_name(), type='table') %}
   {% do adapter.create_schema(table) %}
   {% call statement('erasure_create_table', auto_begin=true) %}
     create table if not exists {{ table }} (
@@ -155,17 +161,42 @@
         requested_at {{ dbt.type_timestamp() }}
     )
   {% endcall %}
-  {{ return(table) }}
+  {% call statement('erasure_create_salt_table', auto_begin=true) %}
+    create table if not exists {{ salt_table }} (salt {{ dbt.type_string() }})
+  {% endcall %}
+  {% do erasure_keep_salt_private(salt_table) %}
+  {% call statement('erasure_make_salt', auto_begin=true) %}
+    insert into {{ salt_table }} (salt)
+    select {{ erasure_new_salt_sql() }}
+    where not exists (select 1 from {{ salt_table }})
+  {% endcall %}
+  {{ return({'table': table, 'salt_table': salt_table}) }}
+{% endmacro %}
+
+{#- PostgreSQL: no grant reaches the salt table through PUBLIC (a schema's default privileges
+    may have given one). Snowflake: a table is its owner role's until granted; docs/security.md
+    says which future grants to leave off. -#}
+{% macro erasure_keep_salt_private(salt_table) %}
+  {{ return(adapter.dispatch('erasure_keep_salt_private', 'guestdata')(salt_table)) }}
+{% endmacro %}
+
+{% macro postgres__erasure_keep_salt_private(salt_table) %}
+  {% call statement('erasure_keep_salt_private', auto_begin=true) %}
+    revoke all on {{ salt_table }} from public
+  {% endcall %}
+{% endmacro %}
+
+{% macro default__erasure_keep_salt_private(salt_table) %}
 {% endmacro %}
 
 {% macro erasure_check_salt(context) %}
-  {% set check = erasure_salt_check(context.salt) %}
-  {% set others = run_query("select count(*) from " ~ context.table ~ " where salt_check <> '"
-                            ~ check ~ "'").columns[0].values()[0] %}
+  {% set others = run_query("select count(*) from " ~ context.table ~ " where salt_check <> "
+                            ~ erasure_salt_check_sql(context)).columns[0].values()[0] %}
   {% if others | int > 0 %}
     {{ exceptions.raise_compiler_error(
-        others ~ " erasure entries were recorded with another GUESTDATA_ERASURE_SALT, so they "
-        ~ "would match nobody: restore the salt they were made with (docs/security.md, Erasure).") }}
+        others ~ " erasure entries were recorded under another salt than "
+        ~ context.salt_table ~ " holds, so they would match nobody: restore the table from a "
+        ~ "backup, or re-record the requests still open (docs/security.md, The salt).") }}
   {% endif %}
 {% endmacro %}
 
@@ -173,35 +204,35 @@
     rows give the phone, a member id's row gives the email), masked values never. Returns how
     many identifiers this request holds. -#}
 {% macro erasure_record(context, request_hash, identifier_hash, kind) %}
-  {% set salt = context.salt %}
   {% set found = ["select '" ~ identifier_hash ~ "' as identifier_hash, '" ~ kind ~ "' as kind"] %}
   {% for people in erasure_targets() if people.raw %}
     {% set relation = erasure_raw_relation(people.name) %}
     {% set named_by = {'email': erasure_email_sql(people.email), 'phone': erasure_phone_sql(people.phone),
                        people.id_kind: erasure_id_sql(people.id)}.get(kind) %}
     {% if relation is not none and named_by %}
-      {% set rows = relation ~ " where " ~ erasure_hash_sql(named_by, salt) ~ " = '"
+      {% set rows = relation ~ " where " ~ erasure_hash_sql(named_by, context) ~ " = '"
                     ~ identifier_hash ~ "' and " ~ people.own_contact %}
-      {% do found.append("select " ~ erasure_hash_sql(erasure_email_sql(people.email), salt)
+      {% do found.append("select " ~ erasure_hash_sql(erasure_email_sql(people.email), context)
                          ~ ", 'email' from " ~ rows ~ " and " ~ erasure_usable_sql(people.email)) %}
-      {% do found.append("select " ~ erasure_hash_sql(erasure_phone_sql(people.phone), salt)
+      {% do found.append("select " ~ erasure_hash_sql(erasure_phone_sql(people.phone), context)
                          ~ ", 'phone' from " ~ rows ~ " and " ~ erasure_usable_sql(people.phone)) %}
-      {% do found.append("select " ~ erasure_hash_sql(erasure_id_sql(people.id), salt)
+      {% do found.append("select " ~ erasure_hash_sql(erasure_id_sql(people.id), context)
                          ~ ", '" ~ people.id_kind ~ "' from " ~ rows) %}
     {% endif %}
   {% endfor %}
   {% call statement('erasure_record', auto_begin=true) %}
     insert into {{ context.table }} (request_hash, identifier_hash, kind, salt_check, requested_at)
     select '{{ request_hash }}', found.identifier_hash, found.kind,
-        '{{ erasure_salt_check(salt) }}', {{ dbt.current_timestamp_in_utc_backcompat() }}
+        salt.salt_check, {{ dbt.current_timestamp_in_utc_backcompat() }}
     from ({{ found | join('\n    union all\n    ') }}) as found
+    cross join (select {{ erasure_salt_check_sql(context) }} as salt_check) as salt
     where not exists (
         select 1 from {{ context.table }} as known
         where known.request_hash = '{{ request_hash }}'
             and known.identifier_hash = found.identifier_hash
             and known.kind = found.kind
     )
-    group by found.identifier_hash, found.kind
+    group by found.identifier_hash, found.kind, salt.salt_check
   {% endcall %}
   {{ return(run_query("select count(*) from " ~ context.table ~ " where request_hash = '"
                       ~ request_hash ~ "'").columns[0].values()[0]) }}

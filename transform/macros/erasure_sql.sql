@@ -2,7 +2,12 @@
     "Erasure"). A person is known here only by salted hashes of their contacts and ids, kept in
     <raw schema>.guestdata_erasures. One hash function everywhere: md5(salt || value) in SQL,
     local_md5(salt ~ value) in dbt's own process, so the identifier a user gives is hashed before
-    any SQL is written and never reaches the warehouse, its query history or dbt's logs. -#}
+    any SQL is written and never reaches the warehouse, its query history or dbt's logs.
+
+    The salt is made by the warehouse on first use and kept in a one-row table beside
+    guestdata_erasures (guestdata_erasure_salt) that only the pipeline's role may read: SQL names
+    that table and never contains the value, so it is in no compiled file, log or query history.
+    Only erase_person reads it into dbt's process, to hash the identifier there. -#}
 
 {#- What an erased contact field holds: all asterisks, as the API masks (spec 2.8), so every rule
     that keeps masked contacts out of the audience keeps these out too. -#}
@@ -14,29 +19,32 @@
 guestdata_erasures
 {%- endmacro %}
 
-{#- GUESTDATA_ERASURE_SALT, read only while executing: a value read while parsing would be kept in
-    dbt's parse cache (target/partial_parse.msgpack). It is written into SQL as a literal, so only
-    characters that need no quoting are allowed. -#}
-{% macro erasure_salt() %}
-  {% set salt = env_var('GUESTDATA_ERASURE_SALT', '') %}
-  {% if not salt %}
-    {{ exceptions.raise_compiler_error(
-        "GUESTDATA_ERASURE_SALT is not set. Erasures are matched by salted hashes: set it from "
-        ~ "your secret store (e.g. `openssl rand -hex 32`), the same value everywhere dbt runs, "
-        ~ "and never change it while erasures are recorded (docs/security.md, Erasure).") }}
-  {% endif %}
-  {% if not modules.re.fullmatch('[A-Za-z0-9_+/=.-]{16,}', salt) %}
-    {{ exceptions.raise_compiler_error(
-        "GUESTDATA_ERASURE_SALT must be at least 16 characters of A-Z a-z 0-9 _ + / = . - "
-        ~ "(value not shown); `openssl rand -hex 32` makes one.") }}
-  {% endif %}
-  {{ return(salt) }}
-{% endmacro %}
+{% macro erasure_salt_table_name() -%}
+guestdata_erasure_salt
+{%- endmacro %}
 
-{#- Stored beside every entry: a wrong or changed salt would match nobody, silently. -#}
-{% macro erasure_salt_check(salt) %}
-  {{ return(local_md5(salt ~ ':guestdata-erasure-salt-check')) }}
-{% endmacro %}
+{#- The salt as an SQL expression: the one row of the salt table, never its value. -#}
+{% macro erasure_salt_sql(context) -%}
+(select salt from {{ context.salt_table }})
+{%- endmacro %}
+
+{#- A fresh salt, made inside the warehouse (two random UUIDs: 244 random bits, as hex). -#}
+{% macro erasure_new_salt_sql() -%}
+  {{ return(adapter.dispatch('erasure_new_salt_sql', 'guestdata')()) }}
+{%- endmacro %}
+
+{% macro postgres__erasure_new_salt_sql() -%}
+replace(cast(gen_random_uuid() as text), '-', '') || replace(cast(gen_random_uuid() as text), '-', '')
+{%- endmacro %}
+
+{% macro default__erasure_new_salt_sql() -%}
+replace(uuid_string(), '-', '') || replace(uuid_string(), '-', '')
+{%- endmacro %}
+
+{#- Stored beside every entry: a replaced salt table would match nobody, silently. -#}
+{% macro erasure_salt_check_sql(context) -%}
+md5({{ erasure_salt_sql(context) }} || ':guestdata-erasure-salt-check')
+{%- endmacro %}
 
 {#- The same normal forms in SQL (rows) and in Jinja (the identifier a user gives). -#}
 {% macro erasure_email_sql(expression) -%}
@@ -51,8 +59,8 @@ replace(replace(trim({{ expression }}), ' ', ''), '-', '')
 cast({{ expression }} as {{ dbt.type_string() }})
 {%- endmacro %}
 
-{% macro erasure_hash_sql(normalised_expression, salt) -%}
-md5('{{ salt }}' || {{ normalised_expression }})
+{% macro erasure_hash_sql(normalised_expression, context) -%}
+md5({{ erasure_salt_sql(context) }} || {{ normalised_expression }})
 {%- endmacro %}
 
 {#- A contact value that may be hashed: present, and not masked (a mask such as j****@x.com is
@@ -87,14 +95,22 @@ md5('{{ salt }}' || {{ normalised_expression }})
   {{ return(none) }}
 {% endmacro %}
 
-{#- The suppression table and the salt, for a model or test: {'table': none} when nobody was ever
-    erased (then no salt is needed and the model is unchanged). -#}
+{#- The suppression table and the salt table, for a model or test: {'table': none} when nobody
+    was ever erased (then the model is unchanged). -#}
 {% macro erasure_context() %}
   {% if not execute %}
-    {{ return({'table': none, 'salt': none}) }}
+    {{ return({'table': none, 'salt_table': none}) }}
   {% endif %}
   {% set table = erasure_raw_relation(erasure_table_name()) %}
-  {{ return({'table': table, 'salt': erasure_salt() if table is not none else none}) }}
+  {% set salt_table = erasure_raw_relation(erasure_salt_table_name()) %}
+  {% if table is not none and salt_table is none %}
+    {{ exceptions.raise_compiler_error(
+        table ~ " exists without " ~ erasure_salt_table_name() ~ " beside it: its entries were "
+        ~ "recorded under GUESTDATA_ERASURE_SALT (tap-guestdata 0.1), which is no longer read. "
+        ~ "Re-record the requests still open under the warehouse's own salt: delete the entries, "
+        ~ "then run the erase command again for each (docs/security.md, The salt).") }}
+  {% endif %}
+  {{ return({'table': table, 'salt_table': salt_table}) }}
 {% endmacro %}
 
 {#- A WHERE-clause condition: the row's email, phone or id is suppressed. Snowflake allows IN
@@ -114,7 +130,7 @@ md5('{{ salt }}' || {{ normalised_expression }})
       {%- do checks.append((erasure_id_sql(row_id), id_kind)) -%}
     {%- endif -%}
     ({%- for normalised, kind in checks %}
-      {{ 'or ' if not loop.first }}{{ erasure_hash_sql(normalised, context.salt) }} in (
+      {{ 'or ' if not loop.first }}{{ erasure_hash_sql(normalised, context) }} in (
         select identifier_hash from {{ context.table }} where kind = '{{ kind }}'
       )
     {%- endfor %})
