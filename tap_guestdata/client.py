@@ -371,7 +371,7 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
         checkpoints = self.runtime.checkpoints if self.parent_stream_type is None else None
         # Decided before reading: the window is fixed for the run, and a resume marker is
         # dropped when the listing finishes (deletions.py).
-        unread = deletions.unread_history(self, context) if following_deletions else None
+        scope = deletions.before_read(self, context) if following_deletions else None
         try:
             for row in self.read_records(context):
                 yield row
@@ -394,8 +394,8 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
                 deletions.not_checked(self, f"the read did not finish ({type(error).__name__})")
             raise
         self.listing_finished(context)
-        if following_deletions:
-            deletions.follow(self, context, unread)
+        if scope is not None:
+            deletions.follow(self, context, scope)
         if self.parent_stream_type is None:
             names = [self.name, *(child.name for child in self.child_streams)]
             self.runtime.progress.finished(*names)

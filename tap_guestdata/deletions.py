@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
@@ -61,16 +62,35 @@ def run_version(stream: GuestDataStream) -> int:
     return int(stream.sync_started_at.timestamp() * 1000)
 
 
+@dataclass(frozen=True)
+class ReadScope:
+    """What a read about to start covers, decided before it: its window is fixed for the run,
+    and a resume marker is dropped when the listing finishes."""
+
+    unread: str | None  # why it does not cover the whole history; None: it does
+    resumed: str | None  # why its window is not all its own (a resumed read); None: it is
+
+
+def before_read(stream: GuestDataStream, context: Context | None) -> ReadScope:
+    return ReadScope(unread_history(stream, context), resumed_read(stream, context))
+
+
+def resumed_read(stream: GuestDataStream, context: Context | None) -> str | None:
+    progress = stream.listing_progress(context) if stream.window is not None else None
+    if progress is None or progress.until() is None:
+        return None
+    return (
+        f"this run resumed an interrupted read below {progress.oldest}; the rows above it "
+        "were read by the run that stopped"
+    )
+
+
 def unread_history(stream: GuestDataStream, context: Context | None) -> str | None:
     """Why this partition's read did not cover the stream's whole history; None when it did."""
     if stream.window is None:
         return None
-    progress = stream.listing_progress(context)
-    if progress is not None and progress.until() is not None:
-        return (
-            f"this run resumed an interrupted read below {progress.oldest}; the rows above it "
-            "were read by the run that stopped"
-        )
+    if resumed := resumed_read(stream, context):
+        return resumed
     since = stream.window_params(context).get(stream.window.since)
     if since is None:
         return None
@@ -98,20 +118,24 @@ def note_row_read(stream: GuestDataStream, row: dict[str, Any]) -> None:
         stream.rows_read_by_venue.setdefault(row.get("venue_id"), set()).add(row.get("id"))
 
 
-def record_window(stream: GuestDataStream, context: Context | None) -> str | None:
+def record_window(stream: GuestDataStream, context: Context | None, scope: ReadScope) -> str | None:
     """After a finished read of a windowed stream: a `read_windows` row per venue it covered.
     Returns why it recorded nothing (None when it did, or when the stream has no window)."""
-    venue_ids = stream.venues_covered()
-    if stream.window is None or venue_ids is None:
+    if stream.window is None:
         return None
-    progress = stream.listing_progress(context)
-    if progress is not None and progress.until() is not None:
+    if scope.resumed is not None:
         return "a resumed read: the rows above its resume point were read by the run that stopped"
     if not stream.sibling_selected("read_windows"):
         return (
             "read_windows is not selected: select read_windows.* beside it so that rows of the "
             "window the API no longer returns are flagged"
         )
+    try:  # the venues listing, shared with the other streams that read it
+        venue_ids = stream.venues_covered()
+    except (FatalAPIError, RetriableAPIError) as error:
+        return f"the venues it covered are not known ({error})"
+    if venue_ids is None:
+        return None
     since = stream.window_params(context).get(stream.window.since)
     covers_from = windows.parse_boundary(since) if since else EPOCH
     completed_at = dt.datetime.now(windows.UTC)
@@ -147,13 +171,14 @@ def not_checked(stream: GuestDataStream, why: str) -> None:
     stream.logger.info("Deletions: %s: not checked: %s", stream.name, why)
 
 
-def follow(stream: GuestDataStream, context: Context | None, unread: str | None) -> None:
-    """After a finished read: ACTIVATE_VERSION if it covered the whole history (`unread` is
-    None, as `unread_history` said before the read), and the window it read (read_windows);
-    one line for each check not made, saying why."""
+def follow(stream: GuestDataStream, context: Context | None, scope: ReadScope) -> None:
+    """After a finished read: ACTIVATE_VERSION if it covered the whole history (as
+    `before_read` said), and the window it read (read_windows); one line saying why when
+    neither was possible."""
+    unread = scope.unread
     if unread is None:
         activate(stream)
-    not_recorded = record_window(stream, context)
+    not_recorded = record_window(stream, context, scope)
     if unread is not None and not_recorded is not None:
         not_checked(stream, f"{unread}; inside the window: {not_recorded}")
     elif unread is not None and stream.window is None:

@@ -27,6 +27,7 @@ from support.reliability import (
 from support.sandbox import OWNER_KEY, last_seq
 from support.streams import truth_rows
 from support.tap_process import TapRun
+from tap_guestdata import windows
 
 FOLLOWED = ("guests", "venues", "programme", "programme_venues", "tiers")
 
@@ -125,3 +126,76 @@ def test_403_on_the_group_marks_nothing(sandbox: SandboxProcess, stream: str) ->
     assert result.returncode == 0, result.stderr[-3000:]
     assert_not_checked(result, stream, "REWARDS_DISABLED")
     assert result.activated.get("venues"), "the core streams still follow deletions"
+
+
+# ---------------------------------------------------------------- inside a window (issue #25)
+
+
+def test_a_complete_read_inside_a_window_records_it_per_venue_with_the_rows_it_returned(
+    sandbox: SandboxProcess,
+) -> None:
+    truth = sandbox.truth(OWNER_KEY)
+    guests = sorted(truth_rows(truth, "guests"), key=lambda row: row["visited_at"])
+    start_day = windows.london_day(guests[len(guests) // 2]["visited_at"])  # from the data
+    config = {**reliability_config(sandbox), "start_date": start_day.isoformat()}
+    result = run(config, streams=["guests", "read_windows"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "guests" not in result.activated  # older rows were not read: no whole-table version
+    (line,) = deletion_lines(result, "guests")
+    assert f"every row from {start_day.isoformat()}" in line, line
+
+    recorded = result.records["read_windows"]
+    venues = {row["id"] for row in truth_rows(truth, "venues")}
+    assert sorted(row["venue_id"] for row in recorded) == sorted(venues)
+    covers_from = windows.start_of_london_day(start_day)
+    for row in recorded:
+        assert row["stream"] == "guests"
+        assert windows.parse_instant(row["covers_from"]) == covers_from
+        started = windows.parse_instant(row["read_started_at"])
+        assert row["covers_until"] == row["read_started_at"]
+        assert row["read_version"] == int(started.timestamp() * 1000)
+        in_window = {
+            guest["id"]
+            for guest in guests
+            if guest["venue_id"] == row["venue_id"]
+            and covers_from <= windows.parse_instant(guest["visited_at"]) < started
+        }
+        assert row["rows_read"] == len(in_window) > 0, row
+    # Every row the read wrote is newer than the read: the warehouse tells them from older ones.
+    (read_version,) = {row["read_version"] for row in recorded}
+    assert all(version >= read_version for version in result.versions["guests"])
+
+
+def test_a_read_that_did_not_finish_or_resumed_records_no_window(
+    fresh_sandbox: SandboxProcess, tmp_path: Path
+) -> None:
+    """A failed page: no window (its rows were not all read). A resumed read: none either (the
+    rows above its resume point were read by the run that stopped, with older versions)."""
+    server = fresh_sandbox
+    server.latency(0.05)
+    config = reliability_config(server, max_retries=1, state_interval_seconds=0)
+    seq = last_seq(server)
+
+    def fail_after_two_pages() -> None:
+        def pages_read() -> bool:
+            return sum("/guests" in entry["path"] for entry in server.requests_log(after=seq)) >= 2
+
+        if wait_for(pages_read, timeout=60, interval=0.01):
+            server.fault("server_error", count=50, path="/guests")
+
+    injector = threading.Thread(target=fail_after_two_pages, daemon=True)
+    injector.start()
+    try:
+        failed = run(config, streams=["guests", "read_windows"])
+    finally:
+        injector.join(timeout=60)
+        server.clear_faults()
+    assert failed.returncode != 0 and failed.records.get("guests"), failed.stderr[-3000:]
+    assert not failed.records.get("read_windows")
+
+    resumed = run(
+        reliability_config(server), streams=["guests", "read_windows"], state=failed.final_state
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not resumed.records.get("read_windows")
+    assert_not_checked(resumed, "guests", "resumed an interrupted read", "a resumed read")

@@ -13,11 +13,20 @@ from tap_guestdata.tap import STREAM_TYPES
 
 
 def stream_keys() -> dict[str, tuple[str, ...]]:
-    """Stream -> primary key, as the tap's stream classes declare them (the tap's order)."""
-    return {stream.name: tuple(stream.primary_keys or ()) for stream in STREAM_TYPES}
+    """Stream -> primary key of the API's streams (the tap's order): the data a sync reads and
+    the sandbox's truth holds, not the tap's own bookkeeping (BOOKKEEPING_STREAMS)."""
+    return {
+        stream.name: tuple(stream.primary_keys or ())
+        for stream in STREAM_TYPES
+        if stream.selected_by_default
+    }
 
 
 STREAM_KEYS = stream_keys()
+# Streams of no endpoint, selected by name (meltano.yml), never by default: read_windows.
+BOOKKEEPING_STREAMS = tuple(
+    stream.name for stream in STREAM_TYPES if not stream.selected_by_default
+)
 ALL_STREAMS = tuple(STREAM_KEYS)
 CORE_STREAMS = ("account", "venues", "guests", "daily_stats", "daily_account_stats")
 REWARDS_STREAMS = tuple(stream for stream in ALL_STREAMS if stream not in CORE_STREAMS)

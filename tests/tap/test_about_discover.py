@@ -84,8 +84,13 @@ def about() -> dict:
 def test_discover_works_offline() -> None:
     catalog = discover({"api_key": OWNER_KEY, "base_url": closed_port_url()})
     streams = {entry["tap_stream_id"]: entry for entry in catalog["streams"]}
-    assert set(streams) == set(CONTRACT_KEYS)
+    assert set(streams) == set(CONTRACT_KEYS) | {"read_windows"}
     assert STREAM_KEYS == CONTRACT_KEYS  # what the other tests read from the tap
+    # The tap's record of complete reads (deletions.py): discovered, selected only by name.
+    windows = streams["read_windows"]
+    assert tuple(windows["key_properties"]) == ("stream", "venue_id", "read_version")
+    root = next(entry for entry in windows["metadata"] if entry["breadcrumb"] == [])
+    assert root["metadata"]["selected-by-default"] is False
     for stream, key in CONTRACT_KEYS.items():
         assert tuple(streams[stream]["key_properties"]) == key
         assert streams[stream]["schema"]["properties"], stream

@@ -31,5 +31,6 @@ def _point_config_at_the_sandbox(sandbox: SandboxProcess) -> None:
 TestTapGuestDataStandard = get_tap_test_class(
     TapGuestData,
     config=CONFIG,
-    suite_config=SuiteConfig(max_records_limit=25),
+    # read_windows holds only complete reads; this sync stops every stream at 25 rows.
+    suite_config=SuiteConfig(max_records_limit=25, ignore_no_records_for_streams=["read_windows"]),
 )
