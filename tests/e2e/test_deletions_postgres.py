@@ -18,9 +18,7 @@ Tap-side proofs for killed runs, failed pages and 403s: tests/reliability/test_d
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -30,9 +28,9 @@ from psycopg.rows import dict_row
 
 from demo_pipeline import TARGET_SCHEMA, Destination
 from guestdata_sandbox.testing import SandboxProcess
+from support.deletions import PLACEHOLDER, DeletionCase
 from support.pipeline import MeltanoProject, sandbox_project, throwaway_database
 from support.streams import truth_rows
-from tap_guestdata import windows
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +45,6 @@ WEEKLY_REFRESH = ("--environment=dev", "run", "--full-refresh", "guestdata-refre
 STATS_REREAD = ("--environment=dev", "run", "--full-refresh", "guestdata-stats-to-postgres")
 DAILY_CORE = ("--environment=dev", "run", "guestdata-core-to-postgres")
 STAGING_GUESTS = "stg_guestdata__guests"
-PLACEHOLDER = "********"
 AWAITING = "RECONCILIATION WARN reconcile_venue_daily_visits_awaiting_source_deletions"
 
 
@@ -115,43 +112,6 @@ def output(result: Any) -> str:
     return str(result.stdout) + str(result.stderr)
 
 
-@dataclass(frozen=True)
-class DeletionCase:
-    """Two guests to delete and the windows that see them, picked from the sandbox's data."""
-
-    recent: dict[str, Any]  # on the newest London day that has ended and has arrivals
-    older: dict[str, Any]  # in the middle of the history
-    first_day: dt.date  # the first London day a guest can have (the first venue's)
-
-    @property
-    def recent_day(self) -> dt.date:
-        return windows.london_day(self.recent["visited_at"])
-
-    @property
-    def older_day(self) -> dt.date:
-        return windows.london_day(self.older["visited_at"])
-
-    @property
-    def refresh_start(self) -> dt.date:
-        """A start_date after the account's first day that still covers `older`."""
-        return self.older_day - dt.timedelta(days=1)
-
-    @classmethod
-    def pick(cls, truth: dict) -> DeletionCase:
-        today = windows.london_day(dt.datetime.now(windows.UTC))
-        guests = sorted(truth_rows(truth, "guests"), key=lambda row: row["visited_at"])
-        first_day = min(
-            windows.london_day(row["created_at"]) for row in truth_rows(truth, "venues")
-        )
-        ended = [row for row in guests if windows.london_day(row["visited_at"]) < today]
-        recent = ended[-1]
-        middle_day = first_day + (windows.london_day(recent["visited_at"]) - first_day) / 2
-        older = next(row for row in guests if windows.london_day(row["visited_at"]) >= middle_day)
-        case = cls(recent, older, first_day)
-        assert case.first_day < case.refresh_start < case.older_day < case.recent_day, case
-        return case
-
-
 @pytest.fixture(scope="module")
 def case(module_truth: Callable[[], dict]) -> DeletionCase:
     return DeletionCase.pick(module_truth())
@@ -167,7 +127,7 @@ def test_a_refresh_with_start_date_flags_guests_deleted_inside_its_window_and_no
     meltano.run(*FULL_LOAD)
     before = raw_guests(conninfo)
     assert set(before) == set(truth_guests(module_truth))
-    deleted = {case.recent["id"], case.older["id"]}
+    deleted = case.ids
     for guest_id in deleted:
         module_sandbox.mutate("delete_guest", guest_id=guest_id)
     assert not deleted & set(truth_guests(module_truth))

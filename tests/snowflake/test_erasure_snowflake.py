@@ -4,12 +4,13 @@ The same macro as on PostgreSQL, in Snowflake SQL, run as users run it without a
 (`meltano invoke dbt-snowflake--fakesnow run-operation erase_person`), on the module's load and
 build. In order: the person leaves every table that held them, the audit line counts those rows
 and names no one; a second run changes nothing; a build passes every test; the next daily sync
-reads the member again and its build erases them again before the models read them.
+reads the member again and its build erases them again before the models read them. The salt
+is the warehouse's own (guestdata_erasure_salt): no statement fakesnow ran and no file dbt wrote
+holds its value.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from typing import Any
 
@@ -29,15 +30,20 @@ from support.snowflake_pipeline import DBT_JOB, DBT_UTILITY, SnowflakePipeline
 
 pytestmark = pytest.mark.snowflake
 
-SALT = secrets.token_hex(32)
 SCHEMAS = ("GUESTDATA", "GUESTDATA_ANALYTICS", "GUESTDATA_ANALYTICS_STAGING")
 
 
 @pytest.fixture(scope="module")
 def salted(built: SnowflakePipeline) -> SnowflakePipeline:
-    """The module's load and build, with the salt set for everything dbt runs from now on."""
-    built.env["GUESTDATA_ERASURE_SALT"] = SALT
+    """The module's load and build; the first erasure makes the salt inside the warehouse."""
     return built
+
+
+def salt(pipeline: SnowflakePipeline) -> str:
+    ((row,),) = pipeline.warehouse.query("SELECT salt FROM GUESTDATA.GUESTDATA_ERASURE_SALT")
+    value = row["SALT"]
+    assert isinstance(value, str) and len(value) == 64, "two random UUIDs as hex"
+    return value
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +135,8 @@ def test_the_next_daily_sync_and_build_under_fakesnow_keep_the_person_out(
     assert erased_again(output)["members"] == 1
     assert_every_model_built_and_every_test_passed(dbt_target)
     assert rows_holding(salted, person) == {}
+    # The salt: named by every statement that hashed with it, contained in none.
+    statements = salted.statement_log.read_text()
+    assert "guestdata_erasure_salt" in statements.lower()
+    assert salt(salted) not in statements
+    assert files_holding(dbt_target, [salt(salted)]) == []

@@ -19,7 +19,13 @@ import pytest
 
 import demo_pipeline
 from support.snowflake_pipeline import SCHEMA, SnowflakePipeline
-from support.streams import STREAM_KEYS, changed_keys, keyed_tables, truth_rows
+from support.streams import (
+    BOOKKEEPING_STREAMS,
+    STREAM_KEYS,
+    changed_keys,
+    keyed_tables,
+    truth_rows,
+)
 
 pytestmark = pytest.mark.snowflake
 
@@ -71,6 +77,10 @@ def expected_snowflake_types(property_schema: dict[str, Any]) -> set[str]:
     return {"TEXT"}
 
 
+# Every table the job loads: the API's streams and the tap's record of complete reads.
+LOADED_STREAMS = (*STREAM_KEYS, *BOOKKEEPING_STREAMS)
+
+
 def check_against_truth(
     pipeline: SnowflakePipeline, truth: dict[str, Any]
 ) -> list[demo_pipeline.StreamCheck]:
@@ -115,10 +125,10 @@ def test_every_column_has_the_snowflake_type_of_its_json_schema(
 ) -> None:
     column_types = snowflake_pipeline.warehouse.column_types()
     tables = {table for table, _ in column_types}
-    assert tables == {stream.upper() for stream in STREAM_KEYS}, tables
+    assert tables == {stream.upper() for stream in LOADED_STREAMS}, tables
 
     wrong, missing = [], []
-    for stream in STREAM_KEYS:
+    for stream in LOADED_STREAMS:
         table = stream.upper()
         expected = {
             name.upper(): expected_snowflake_types(schema)
@@ -149,7 +159,7 @@ def test_mirror_columns_are_fixed_and_reserved_words_resolve(
     # Names SQL reserves, as the target wrote them: Snowflake's reserved words must be quoted;
     # the others (DATE, KEY, ...) may stand bare, and resolve to the same upper-case column.
     creates = [s for s in snowflake_pipeline.statements() if statement_kind(s) == "CREATE TABLE"]
-    assert len(creates) == len(STREAM_KEYS), len(creates)
+    assert len(creates) == len(LOADED_STREAMS), len(creates)
     names = {table for table, _ in column_types} | {column for _, column in column_types}
     reserved_used = sorted(names & SNOWFLAKE_RESERVED)
     ansi_used = sorted(names & ANSI_ONLY_RESERVED)
@@ -185,7 +195,7 @@ def test_the_target_staged_and_merged_every_stream_with_its_own_sql(
     puts = [s for s in statements if statement_kind(s) == "PUT"]
     removes = [s for s in statements if statement_kind(s) == "REMOVE"]
     merged_tables = {re.search(r"merge into \S+\.\"?(\w+)\"? ", s, re.I)[1].upper() for s in merges}
-    assert merged_tables == {stream.upper() for stream in STREAM_KEYS}, merged_tables
+    assert merged_tables == {stream.upper() for stream in LOADED_STREAMS}, merged_tables
     # The target's statements, untouched: its user stage, its casts, its de-duplication.
     for merge in merges:
         assert "from '@~/target-snowflake/" in merge, merge[:300]

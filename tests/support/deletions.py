@@ -1,0 +1,55 @@
+"""Guests to delete, and the windows that see them, picked from the sandbox's data (issue #25):
+the deletions tests (PostgreSQL and fakesnow) mean the same on every day and at every hour."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from support.streams import truth_rows
+from tap_guestdata import windows
+
+PLACEHOLDER = "********"  # what an erased or deleted guest's contact becomes (erasure_sql.sql)
+
+
+@dataclass(frozen=True)
+class DeletionCase:
+    """Two guests to delete: `recent`, on the newest London day that has ended and has
+    arrivals, and `older`, in the middle of the history; `first_day`, the first London day a
+    guest can have (the first venue's)."""
+
+    recent: dict[str, Any]
+    older: dict[str, Any]
+    first_day: dt.date
+
+    @property
+    def ids(self) -> set[int]:
+        return {self.recent["id"], self.older["id"]}
+
+    @property
+    def recent_day(self) -> dt.date:
+        return windows.london_day(self.recent["visited_at"])
+
+    @property
+    def older_day(self) -> dt.date:
+        return windows.london_day(self.older["visited_at"])
+
+    @property
+    def refresh_start(self) -> dt.date:
+        """A start_date after the account's first day (the case users meet) covering `older`."""
+        return self.older_day - dt.timedelta(days=1)
+
+    @classmethod
+    def pick(cls, truth: dict) -> DeletionCase:
+        today = windows.london_day(dt.datetime.now(windows.UTC))
+        guests = sorted(truth_rows(truth, "guests"), key=lambda row: row["visited_at"])
+        venues = truth_rows(truth, "venues")
+        first_day = min(windows.london_day(row["created_at"]) for row in venues)
+        ended = [row for row in guests if windows.london_day(row["visited_at"]) < today]
+        recent = ended[-1]
+        middle_day = first_day + (windows.london_day(recent["visited_at"]) - first_day) / 2
+        older = next(row for row in guests if windows.london_day(row["visited_at"]) >= middle_day)
+        case = cls(recent, older, first_day)
+        assert case.first_day < case.refresh_start < case.older_day < case.recent_day, case
+        return case
