@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,29 @@ def assert_not_checked(tap_run: TapRun, stream: str, *words: str) -> None:
     lines = deletion_lines(tap_run, stream)
     assert len(lines) == 1, lines
     assert "not checked" in lines[0] and all(word in lines[0] for word in words), lines[0]
+
+
+def run_failing_after(
+    server: SandboxProcess, pages: int, config: dict[str, Any], **what: Any
+) -> TapRun:
+    """A sync during which /guests answers `pages` pages, then fails every request."""
+    seq = last_seq(server)
+
+    def fail_after_pages() -> None:
+        def pages_read() -> bool:
+            log = server.requests_log(after=seq)
+            return sum("/guests" in entry["path"] for entry in log) >= pages
+
+        if wait_for(pages_read, timeout=60, interval=0.01):
+            server.fault("server_error", count=50, path="/guests")
+
+    injector = threading.Thread(target=fail_after_pages, daemon=True)
+    injector.start()
+    try:
+        return run(config, **what)
+    finally:
+        injector.join(timeout=60)
+        server.clear_faults()
 
 
 def test_complete_read_activates_a_version_older_than_every_row_it_wrote(
@@ -98,23 +122,7 @@ def test_failed_page_marks_nothing(fresh_sandbox: SandboxProcess) -> None:
     server = fresh_sandbox
     server.latency(0.05)
     config = reliability_config(server, max_retries=1, state_interval_seconds=0)
-    catalog = catalog_for(config, ["guests"])
-    seq = last_seq(server)
-
-    def fail_after_three_pages() -> None:
-        def pages_read() -> bool:
-            return sum("/guests" in entry["path"] for entry in server.requests_log(after=seq)) >= 3
-
-        if wait_for(pages_read, timeout=60, interval=0.01):
-            server.fault("server_error", count=50, path="/guests")
-
-    injector = threading.Thread(target=fail_after_three_pages, daemon=True)
-    injector.start()
-    try:
-        result = run(config, catalog=catalog)
-    finally:
-        injector.join(timeout=60)
-        server.clear_faults()
+    result = run_failing_after(server, 3, config, catalog=catalog_for(config, ["guests"]))
     assert result.returncode != 0 and result.records.get("guests"), result.stderr[-3000:]
     assert_not_checked(result, "guests", "the read did not finish")
 
@@ -174,22 +182,7 @@ def test_a_read_that_did_not_finish_or_resumed_records_no_window(
     server = fresh_sandbox
     server.latency(0.05)
     config = reliability_config(server, max_retries=1, state_interval_seconds=0)
-    seq = last_seq(server)
-
-    def fail_after_two_pages() -> None:
-        def pages_read() -> bool:
-            return sum("/guests" in entry["path"] for entry in server.requests_log(after=seq)) >= 2
-
-        if wait_for(pages_read, timeout=60, interval=0.01):
-            server.fault("server_error", count=50, path="/guests")
-
-    injector = threading.Thread(target=fail_after_two_pages, daemon=True)
-    injector.start()
-    try:
-        failed = run(config, streams=["guests", "read_windows"])
-    finally:
-        injector.join(timeout=60)
-        server.clear_faults()
+    failed = run_failing_after(server, 2, config, streams=["guests", "read_windows"])
     assert failed.returncode != 0 and failed.records.get("guests"), failed.stderr[-3000:]
     assert not failed.records.get("read_windows")
 

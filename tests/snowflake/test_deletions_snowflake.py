@@ -17,7 +17,7 @@ import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import assert_every_model_built_and_every_test_passed
-from support.deletions import PLACEHOLDER, DeletionCase
+from support.deletions import DeletionCase, assert_contact_removed
 from support.snowflake_pipeline import DBT_UTILITY, LOADER, SCHEMA, SnowflakePipeline
 from support.streams import truth_rows
 
@@ -74,12 +74,7 @@ def test_a_refresh_with_start_date_flags_guests_deleted_inside_its_window_under_
     assert not changed, changed[:10]
     for guest_id in case.ids:
         row = after[guest_id]
-        assert (row["email"], row["phone"], row["name"], row["last_name"]) == (
-            PLACEHOLDER,
-            PLACEHOLDER,
-            PLACEHOLDER,
-            None,
-        ), row
+        assert_contact_removed(row)
     (staged,) = built.warehouse.query(f"SELECT guest_visit_id FROM {STAGING}.STG_GUESTDATA__GUESTS")
     assert {row["GUEST_VISIT_ID"] for row in staged} == set(before) - case.ids
     assert_every_model_built_and_every_test_passed(dbt_target)

@@ -53,3 +53,10 @@ class DeletionCase:
         case = cls(recent, older, first_day)
         assert case.first_day < case.refresh_start < case.older_day < case.recent_day, case
         return case
+
+
+def assert_contact_removed(row: dict[str, Any]) -> None:
+    """A raw guest row flagged deleted in the source keeps its arrival, not its person."""
+    contact = (row["email"], row["phone"], row["name"], row["last_name"])
+    assert contact == (PLACEHOLDER, PLACEHOLDER, PLACEHOLDER, None), row
+    assert row["_sdc_deleted_at"] is not None, row
