@@ -130,12 +130,28 @@ def query(conninfo: str, statement: str, *params: Any) -> list[tuple]:
         return connection.execute(statement, params).fetchall()
 
 
+# When the rows behind a mart row were read: two loads of the same data differ only in these.
+READ_TIMES = {"api_stats_read_at", "guests_read_started_at", "guests_read_completed_at"}
+
+
 def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:
-    """Every mart's rows, sorted, for comparing two builds."""
+    """Every mart's rows, sorted, without the read times (READ_TIMES), for comparing two
+    builds."""
     tables: dict[str, list[tuple]] = {}
     with psycopg.connect(conninfo) as connection:
         for mart in MARTS:
-            query = sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, mart))
+            columns = [
+                name
+                for (name,) in connection.execute(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                    (schema, mart),
+                )
+                if name not in READ_TIMES
+            ]
+            query = sql.SQL("SELECT {} FROM {}").format(
+                sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(schema, mart)
+            )
             tables[mart] = sorted(connection.execute(query).fetchall(), key=repr)
     return tables
 

@@ -90,9 +90,10 @@ group by ids.id
   {{ return('') }}
 {% endmacro %}
 
-{#- For fct_venue_daily: per venue and London day, when the newest trusted read of guests that
-    covered the whole day started (its rows then are the API's rows then). -#}
-{% macro guests_confirmed_sql() -%}
+{#- For fct_venue_daily: the trusted complete reads of guests, per venue, with the London days
+    each covered whole (from covers_from's day up to the day before covers_until's) and when it
+    started and finished: a day's guest page was read somewhere in between. -#}
+{% macro guest_reads_sql() -%}
   {%- set stream = source_deletion_streams()[0] -%}
   {%- set trusted = trusted_reads_sql(stream) -%}
   {%- if trusted is none -%}
@@ -100,14 +101,16 @@ select
     cast(null as {{ dbt.type_bigint() }}) as venue_id,
     cast(null as date) as covered_from_day,
     cast(null as date) as covered_until_day,
-    cast(null as {{ dbt.type_timestamp() }}) as read_started_at
+    cast(null as {{ dbt.type_timestamp() }}) as read_started_at,
+    cast(null as {{ dbt.type_timestamp() }}) as completed_at
 where 1 = 0
   {%- else -%}
 select
     venue_id,
     {{ london_date('covers_from') }} as covered_from_day,
     {{ london_date('covers_until') }} as covered_until_day,
-    read_started_at
+    read_started_at,
+    completed_at
 from ({{ trusted }}) as trusted
   {%- endif -%}
 {%- endmacro %}

@@ -12,7 +12,8 @@ select
     visits,
     api_visits,
     api_stats_read_at,
-    guests_confirmed_at,
+    guests_read_started_at,
+    guests_read_completed_at,
     case
         when visits > api_visits
             then 'guests deleted in the API since this day was last read in full: the next read of guests covering it (the weekly refresh) flags them'

@@ -52,14 +52,19 @@ api as (
     select * from {{ ref('stg_guestdata__daily_stats') }}
 ),
 
--- The newest complete read of a venue's guests that covered the whole day (read_windows): the
--- day's guest rows are the API's as of that read's start (macros/source_deletions.sql).
+-- Complete reads of a venue's guests that covered the whole day (read_windows): the day's guest
+-- rows are the API's as of some moment between the newest one's start and finish
+-- (macros/source_deletions.sql).
 guest_reads as (
-    {{ guests_confirmed_sql() }}
+    {{ guest_reads_sql() }}
 ),
 
-guests_confirmed as (
-    select spine.venue_id, spine.date, max(guest_reads.read_started_at) as guests_confirmed_at
+guests_read as (
+    select
+        spine.venue_id,
+        spine.date,
+        max(guest_reads.read_started_at) as guests_read_started_at,
+        max(guest_reads.completed_at) as guests_read_completed_at
     from spine
     inner join guest_reads
         on guest_reads.venue_id = spine.venue_id
@@ -84,7 +89,8 @@ select
     api.stats_date is not null as has_api_stats,
     coalesce(api.is_final, false) as api_stats_final,
     api.read_at as api_stats_read_at,
-    guests_confirmed.guests_confirmed_at
+    guests_read.guests_read_started_at,
+    guests_read.guests_read_completed_at
 from spine
 cross join as_of
 left join venues
@@ -93,5 +99,5 @@ left join from_guests
     on from_guests.venue_id = spine.venue_id and from_guests.date = spine.date
 left join api
     on api.venue_id = spine.venue_id and api.stats_date = spine.date
-left join guests_confirmed
-    on guests_confirmed.venue_id = spine.venue_id and guests_confirmed.date = spine.date
+left join guests_read
+    on guests_read.venue_id = spine.venue_id and guests_read.date = spine.date
