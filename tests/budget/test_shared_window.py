@@ -4,7 +4,7 @@ Three processes take slots as fast as the store grants them, on two keys that sh
 address; each notes the moment after its grant (later than the store's own date, as a
 server's arrival time is) and only then reports the answer. In every rolling window: no key
 above its limit, the address not above its own, and the work is all done (the store is not
-simply refusing). The same for the embedded SQLite store and for Redis (db 11).
+simply refusing). The same for the embedded SQLite store and for Redis (db 13).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ PER_KEY = 20
 PER_ADDRESS = 30  # below 2 x PER_KEY: the address is the binding limit for two busy keys
 PROCESSES = 3
 TAKES_PER_PROCESS = 40  # 120 in all: at 30 a window, at least four windows' worth
-REDIS_URL = "redis://127.0.0.1:6379/11"
+REDIS_URL = "redis://127.0.0.1:6379/13"  # not the cluster tests' Redis db (11)
 LIMITS = Limits(PER_KEY, PER_ADDRESS, WINDOW_SECONDS, address="test-address")
 
 
@@ -64,10 +64,9 @@ def take_slots(store: str, worker: int, results: multiprocessing.Queue) -> None:
     results.put(granted)
 
 
-def run_processes(store: str) -> tuple[list[tuple[str, float]], float]:
+def run_processes(store: str) -> list[tuple[str, float]]:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    started = time.monotonic()
     workers = [
         context.Process(target=take_slots, args=(store, worker, results))
         for worker in range(PROCESSES)
@@ -77,7 +76,7 @@ def run_processes(store: str) -> tuple[list[tuple[str, float]], float]:
     granted = [grant for _ in workers for grant in results.get(timeout=60)]
     for worker in workers:
         worker.join(timeout=10)
-    return granted, time.monotonic() - started
+    return granted
 
 
 @pytest.fixture()
@@ -93,7 +92,7 @@ def test_three_processes_keep_every_rolling_window_per_key_and_per_address(
     kind: str, tmp_path: Path, redis_store: str
 ) -> None:
     store = f"sqlite:///{tmp_path / 'budget.sqlite'}" if kind == "sqlite" else redis_store
-    granted, elapsed = run_processes(store)
+    granted = run_processes(store)
     assert len(granted) == PROCESSES * TAKES_PER_PROCESS
     by_key: dict[str, list[float]] = {}
     for key, moment in granted:
@@ -103,9 +102,11 @@ def test_three_processes_keep_every_rolling_window_per_key_and_per_address(
     assert all(count <= PER_KEY for count in busiest.values()), busiest
     assert address <= PER_ADDRESS, address
     assert address >= PER_ADDRESS - 2, f"the store held back: {address} in the busiest window"
-    # 120 slots at 30 a window: three full windows must pass, and not many more.
+    # 120 slots at 30 a window: three full windows pass between the first grant and the last,
+    # and not many more (the processes' start is not counted: it varies with the machine).
     windows_needed = len(granted) / PER_ADDRESS - 1
-    assert windows_needed * WINDOW_SECONDS <= elapsed < (windows_needed + 3) * WINDOW_SECONDS
+    span = max(moment for _, moment in granted) - min(moment for _, moment in granted)
+    assert windows_needed * WINDOW_SECONDS <= span < (windows_needed + 2) * WINDOW_SECONDS, span
 
 
 def test_a_slot_never_answered_ages_out_within_one_window(tmp_path: Path) -> None:
