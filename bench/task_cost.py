@@ -42,7 +42,9 @@ def main() -> int:
         throwaway_database(server, "guestdata_task_cost") as database,
     ):
         for run in range(args.runs):
-            env = demo_pipeline.meltano_env(sandbox.base_url, server, database, scratch / str(run))
+            state_dir = scratch / str(run)
+            state_dir.mkdir()
+            env = demo_pipeline.meltano_env(sandbox.base_url, server, database, state_dir)
             env.update(server.target_env(database, "task_cost"))
             env.update(
                 {"TAP_GUESTDATA_API_KEY": OWNER_KEY, "TAP_GUESTDATA__SELECT": '["account.*"]'}
