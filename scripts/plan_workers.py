@@ -135,10 +135,12 @@ def planned_seconds(
             shared = sum(min(other, task.weight) for other in weights[task.account])
             free = slots.index(min(slots))
             slots[free] += task_seconds(shared, keys[task.account], latency, minute, start)
+        # The rolling minute: a minute's budget goes at once, the next a minute later.
+        address_keys = PER_ADDRESS_PER_MINUTE // PER_KEY_PER_MINUTE
         total = sum(task.weight for task in queued)
-        floors = [start + total / PER_ADDRESS_PER_MINUTE * minute]
+        floors = [task_seconds(total, address_keys, latency, minute, start)]
         floors += [
-            start + sum(counts) / account_rate(keys[account]) * minute
+            task_seconds(sum(counts), keys[account], latency, minute, start)
             for account, counts in weights.items()
         ]
         longest = max(longest, *slots, *floors)
