@@ -35,9 +35,16 @@ RETRY_DELAY_SECONDS = 5
 STREAMS = {"core": ("account", "venues", "guests"), "members": ("members", "member_ledger")}
 ACCOUNTS, VARIABLES = default_accounts(tuple(STREAMS))
 # The kill test's deployment: one account, its members group alone, so the one task that is
-# killed is the only one the sandbox's latency has to stretch.
+# killed is the only one the sandbox's latency has to stretch; its first key alone, so the
+# requests in flight when it dies (4: max_workers per key) are as many as the bound was set for.
 KILL_ACCOUNTS = {
-    "accounts": [{**ACCOUNTS["accounts"][0], "groups": ["members"]}],
+    "accounts": [
+        {
+            **ACCOUNTS["accounts"][0],
+            "groups": ["members"],
+            "keys": ACCOUNTS["accounts"][0]["keys"][:1],
+        }
+    ],
 }
 LEDGER_PATH = "/ledger"  # /rewards/members/{id}/ledger: the member_ledger stream's requests
 
