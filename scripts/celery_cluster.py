@@ -11,14 +11,15 @@
 
 What `up` makes (docs/scale-out.md), all named after `--name` (default `gdc`):
 - a bridge `<name>-br` at `<subnet>.1`; worker N in namespace `<name>-w<N>` at `<subnet>.<10+N>`,
-  serving Celery queue `worker_<N>` with `--concurrency 5` (the 5 lanes of its address);
+  serving Celery queue `worker_<N>` with `--concurrency 5` (its queue's pool: 5 tasks at once);
 - socat forwarders on `<subnet>.1` for PostgreSQL (5432) and Redis (6379): a namespace cannot
   reach the root namespace's 127.0.0.1, and PostgreSQL then sees 127.0.0.1 (its trust rule);
 - databases `<name>_airflow` (metadata and Celery results), `<name>_meltano` (Meltano state,
   via MELTANO_DATABASE_URI) and `<name>_warehouse` (target-postgres); Redis db `--redis-db`;
 - a deployed copy of the Meltano project with its plugins installed, before any worker starts;
 - api-server (bound to the bridge address), scheduler, dag-processor, then the workers;
-- the pools of the planner's lanes and the keys as Airflow Variables, through the REST API.
+- a pool per queue (5 slots: concurrency, not rate) and the keys as Airflow Variables, through
+  the REST API; the tap's shared rate budget in the broker's Redis db (`rate_budget_store`).
 Without `--api-url` it also starts the sandbox (every account, real limits); an API on the
 host's loopback is reached from each namespace through a forwarder on the namespace's own
 127.0.0.1 (the tap sends a key over plain http only to a loopback host).
@@ -49,7 +50,7 @@ import requests
 from cryptography.fernet import Fernet
 from psycopg import sql
 
-from tap_guestdata.airflow.accounts import LANES_PER_QUEUE, parse_config, pools
+from tap_guestdata.airflow.accounts import TASKS_PER_QUEUE, parse_config, pools
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = PROJECT_ROOT / ".venv" / "bin"
@@ -192,11 +193,13 @@ class Cluster:
             "GUESTDATA_SCHEDULE": "none",  # runs are triggered (REST or CLI)
             "GUESTDATA_REFRESH_SCHEDULE": "none",
             "GUESTDATA_MELTANO_TRANSFORM": "none",  # dbt is not deployed to the workers here
-            "GUESTDATA_KEY_COOLDOWN_SECONDS": str(round(window)),
             "GUESTDATA_RETRY_DELAY_MINUTES": str(self.retry_delay_seconds / 60.0),
             "MELTANO_DATABASE_URI": self.postgres_url("meltano", host),
             "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
             "TAP_GUESTDATA_BASE_URL": self.api_url,
+            # One rate budget for every worker (spec 8), in the broker's Redis; each task names
+            # its queue as its address (the DAG sets TAP_GUESTDATA_RATE_BUDGET_ADDRESS).
+            "TAP_GUESTDATA_RATE_BUDGET_STORE": f"redis://{host}:{REDIS_PORT}/{self.redis_db}",
             "TARGET_POSTGRES_HOST": host,
             "TARGET_POSTGRES_PORT": str(PG_PORT),
             "TARGET_POSTGRES_USER": "postgres",
@@ -469,8 +472,8 @@ def default_accounts(groups: Sequence[str] | None) -> tuple[dict[str, Any], dict
 
 
 def write_accounts(cluster: Cluster, document: dict[str, Any]) -> None:
-    """The accounts with the cluster's queues (one per worker): the planner spreads the keys
-    over their lanes, and a pool per lane must exist before a run."""
+    """The accounts with the cluster's queues (one per worker): the planner spreads the
+    accounts over them, and a pool per queue must exist before a run."""
     document = {**document, "queues": list(cluster.queues)}
     parse_config(json.dumps(document))  # a bad document fails here, not in the dag-processor
     Path(cluster.accounts_file).write_text(json.dumps(document, indent=2))
@@ -519,7 +522,7 @@ def start_worker(cluster: Cluster, worker: int) -> None:
     command = [
         shutil.which("ip") or "ip", "netns", "exec", namespace,
         str(VENV_BIN / "airflow"), "celery", "worker",
-        "--queues", queue, "--concurrency", str(LANES_PER_QUEUE),
+        "--queues", queue, "--concurrency", str(TASKS_PER_QUEUE),
         "--celery-hostname", f"{queue}@{cluster.name}",
         "--pid", str(cluster.root / "airflow" / f"{queue}.pid"),
     ]  # fmt: skip
@@ -628,7 +631,11 @@ def up(args: argparse.Namespace) -> int:
         rest = Rest(cluster)
         wait_until("the api-server", lambda: rest.login(), 180)
         for pool in pools(parse_config(Path(cluster.accounts_file).read_text())):
-            rest.call("POST", "/pools", json={"name": pool, "slots": 1, "description": "lane"})
+            rest.call(
+                "POST",
+                "/pools",
+                json={"name": pool, "slots": TASKS_PER_QUEUE, "description": "tasks at once"},
+            )
         for key, value in variables.items():
             rest.call("POST", "/variables", json={"key": key, "value": value})
         for worker in range(1, cluster.workers + 1):

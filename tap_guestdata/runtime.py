@@ -16,11 +16,20 @@ from typing import Any
 import requests
 
 from tap_guestdata.authenticator import KeyPoolAdapter, KeyPoolAuthenticator
+from tap_guestdata.http.budget import (
+    FALLBACK_WARNING,
+    BudgetUnavailable,
+    Limits,
+    SharedBudget,
+    api_origin,
+    default_address,
+    open_budget,
+)
 from tap_guestdata.http.errors import StreamForbidden
-from tap_guestdata.http.limiter import KeyPool
+from tap_guestdata.http.limiter import ADDRESS_LIMIT_DEFAULT, KeyPool
 from tap_guestdata.progress import Progress
 from tap_guestdata.resume import Checkpoints
-from tap_guestdata.settings import Settings
+from tap_guestdata.settings import MAX_KEYS, Settings
 
 
 @dataclass
@@ -78,6 +87,29 @@ class Gate:
         )
 
 
+def shared_budget(settings: Settings, logger: logging.Logger) -> SharedBudget | None:
+    """The deployment's shared rate budget (http/budget.py), or None: off, or unavailable."""
+    api = api_origin(settings.base_url)
+    limits = Limits(
+        per_key=settings.requests_per_minute,
+        # spec 8: 600 per address; never below what this run's own keys may send (test setups
+        # raise requests_per_minute far past the API's to switch client limits off)
+        per_address=max(ADDRESS_LIMIT_DEFAULT, settings.requests_per_minute * MAX_KEYS),
+        window_seconds=settings.rate_limit_window_seconds,
+        address=f"{settings.rate_budget_address or default_address()}>{api}",
+    )
+    try:
+        budget = open_budget(settings.rate_budget_store, limits)
+    except BudgetUnavailable as error:
+        logger.warning(FALLBACK_WARNING, error)
+        return None
+    if budget is not None:
+        logger.info(
+            "Rate budget shared through %s, address %s.", budget.description, limits.address
+        )
+    return budget
+
+
 class Runtime:
     """Created once per tap run, on first use (after the config was validated)."""
 
@@ -86,7 +118,12 @@ class Runtime:
         self.logger = logger
         self.sync_started_at = sync_started_at
         self.keys = KeyPool(
-            list(settings.keys), settings.requests_per_minute, settings.rate_limit_window_seconds
+            list(settings.keys),
+            settings.requests_per_minute,
+            settings.rate_limit_window_seconds,
+            shared=shared_budget(settings, logger),
+            api=api_origin(settings.base_url),
+            logger=logger,
         )
         self.authenticator = KeyPoolAuthenticator(self.keys)
         self.workers = settings.max_workers * len(settings.keys)  # max_workers is per key
@@ -163,5 +200,7 @@ class Runtime:
     def close(self) -> None:
         """Stop what is still queued or waiting (after a failure workers may be mid-flight)."""
         self.keys.close()
+        if self.keys.shared is not None:
+            self.keys.shared.close()
         self.progress.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)

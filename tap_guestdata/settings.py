@@ -65,6 +65,23 @@ SETTINGS_SCHEMA: dict[str, Any] = th.PropertiesList(
         description="Length in seconds of the rolling 'minute' the per-key budget applies to.",
     ),
     th.Property(
+        "rate_budget_store",
+        th.StringType,
+        default="sqlite",
+        description="Where every process of a deployment counts its requests, so that they "
+        "share each key's 120 and each address's 600 a minute (spec 8): `sqlite` (a file in "
+        "the machine's temp directory: every process of one machine), `sqlite:///PATH`, "
+        "`redis://HOST:PORT/DB` (every machine that reaches it), or `off` (this process only). "
+        "If the store cannot be used the run keeps to its own limits and warns once.",
+    ),
+    th.Property(
+        "rate_budget_address",
+        th.StringType,
+        description="The name of the address this process's requests leave from, for the "
+        "per-address 600 a minute (spec 8): processes that give the same name share it. "
+        "Default: the host name. Give each worker (or each egress queue) its own.",
+    ),
+    th.Property(
         "rewards_lookback_days",
         th.IntegerType(minimum=0),
         description="A fixed number of days of issued rewards to re-read before the bookmark. "
@@ -173,6 +190,8 @@ class Settings:
     start_date: str | None
     requests_per_minute: int
     rate_limit_window_seconds: float
+    rate_budget_store: str
+    rate_budget_address: str | None
     rewards_lookback_days: int | None
     redemptions_lookback_days: int
     stats_lookback_days: int
@@ -196,6 +215,8 @@ class Settings:
             start_date=config.get("start_date") or None,
             requests_per_minute=int(config["requests_per_minute"]),
             rate_limit_window_seconds=float(config["rate_limit_window_seconds"]),
+            rate_budget_store=str(config["rate_budget_store"]).strip(),
+            rate_budget_address=config.get("rate_budget_address") or None,
             rewards_lookback_days=config.get("rewards_lookback_days"),
             redemptions_lookback_days=int(config["redemptions_lookback_days"]),
             stats_lookback_days=int(config["stats_lookback_days"]),

@@ -1,36 +1,38 @@
-"""Accounts of the Guest Data DAGs, and how their keys are spread over worker addresses.
+"""Accounts of the Guest Data DAGs, the tasks each runs, and the worker queue each runs on.
 
 Pure Python, no Airflow import: the DAG file, the planner (scripts/plan_workers.py) and the
 unit tests share it. Deployment: docs/airflow.md, "Many accounts, many workers".
 
-Budgets (spec 8): 120 requests per rolling minute per key, 600 per address across keys. A
-worker machine (one address) serves one Celery queue; each queue has `LANES_PER_QUEUE` = 600 /
-120 = 5 *lanes*, and each lane is an Airflow pool of one slot. Every key is given one lane and
-every task that uses the key runs in that lane's pool, so:
+Budgets (spec 8): 120 requests per rolling minute per key, 600 per address across keys. They
+are kept by the rate budget every tap process shares (tap_guestdata/http/budget.py: a Redis
+every worker reaches, or a SQLite file per machine), not by the scheduler: a task uses every key
+of its account, two tasks may share a key (the budget divides it), and a worker queue is an
+address (`rate_budget_address`). Pools only bound how many tasks a queue runs at once
+(`TASKS_PER_QUEUE`, one pool per queue), and no task sleeps after its run.
 
-- a key is in at most one running task (its tasks share a one-slot pool);
-- a queue runs at most 5 tasks at a time, each holding one key its tap keeps to 120 a minute,
-  so the address never carries more than 600 a minute.
-
-A lane generalises today's pool per key (`guestdata_api_key_<n>`): several keys, of one
-account or several, may share a lane and then take turns. Airflow gives a task one pool, which
-is why one pool has to carry both guarantees.
+Shape: each fixed start of a task costs about `TASK_START_SECONDS` (Airflow, Meltano, the tap
+and the target), so an account runs as one task with all its stream groups; only an account
+whose first sync is large enough to gain from running its groups side by side (they then fail
+and retry alone) gets one task per group.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 PER_KEY_PER_MINUTE = 120  # spec 8: per key, rolling minute
 PER_ADDRESS_PER_MINUTE = 600  # spec 8: per address, across keys
-LANES_PER_QUEUE = PER_ADDRESS_PER_MINUTE // PER_KEY_PER_MINUTE  # 5 keys running per address
 MAX_KEYS_PER_ACCOUNT = 5  # spec 5.3
+TASKS_PER_QUEUE = 5  # the concurrency pool of a queue: tasks one worker runs at once
 GROUPS = ("core", "members", "rewards", "offers", "stats")  # the daily stream groups
 REFRESH_GROUP = "refresh"  # the weekly full refresh
-COOLDOWN_REQUESTS = PER_KEY_PER_MINUTE  # a minute's cool-down after a task, in request slots
+WHOLE_ACCOUNT = "all"  # the task of an account that loads all its groups in one run
+# First-sync requests from which an account's groups run as tasks of their own: a large
+# account (49,092 requests; a medium one has 4,950, a small one 707).
+SPLIT_FROM_REQUESTS = 20_000
 DEFAULT_QUEUE = "default"  # Airflow's default queue (no `queue` on the task)
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
@@ -68,17 +70,20 @@ class Account:
     groups: tuple[str, ...] = GROUPS
     schedule: str | None = None  # None: the daily DAG's schedule (the account is in it)
     target_schema: str | None = None  # None: guestdata_<name>
-    size: str | None = None  # small / medium / large: a weight for spreading the keys
+    size: str | None = None  # small / medium / large: a weight for spreading the work
     requests: Mapping[str, int] | None = None  # requests per group: a better weight
+    split: bool | None = None  # one task per group; None: when the first sync is large
 
     @property
     def schema(self) -> str:
         return self.target_schema or f"guestdata_{self.name}"
 
     @property
-    def state_id_suffix(self) -> str:
-        """Meltano: `<env>:tap-guestdata--<group>-to-<target>:<suffix>`, one per account."""
-        return self.name
+    def split_groups(self) -> bool:
+        """One task per group: asked for, or a first sync big enough to gain from it."""
+        if self.split is not None:
+            return self.split
+        return sum(self.weight(group) for group in self.groups) >= SPLIT_FROM_REQUESTS
 
     def weight(self, group: str) -> int:
         """A group's share of the work, for spreading it: `requests` if given, else the first
@@ -99,37 +104,27 @@ class AccountsConfig:
 
 
 @dataclass(frozen=True)
-class Lane:
-    """One of the 5 concurrent key slots of a worker address: an Airflow pool of 1 slot."""
-
-    queue: str
-    number: int  # 1 .. LANES_PER_QUEUE
-
-    @property
-    def pool(self) -> str:
-        return f"guestdata_{self.queue}_lane_{self.number}"
-
-
-@dataclass(frozen=True)
 class TaskSpec:
-    """One `meltano run` of one account's stream group, with the key and lane it holds."""
+    """One `meltano run` of one account: all its groups, one group, or the refresh."""
 
     account: str
-    group: str
-    key_variable: str
-    lane: Lane
-    weight: int = 1
+    group: str  # WHOLE_ACCOUNT, a group of GROUPS, or REFRESH_GROUP
+    groups: tuple[str, ...]  # the stream groups it loads
+    queue: str
+    weight: int = 1  # its requests (first sync of the account's size, or given)
 
     @property
     def task_id(self) -> str:
         return f"{self.account}.{self.group}"
 
+    @property
+    def pool(self) -> str:
+        return queue_pool(self.queue)
 
-@dataclass
-class _LaneLoad:
-    lane: Lane
-    load: int = 0
-    keys: list[tuple[str, str]] = field(default_factory=list)
+
+def queue_pool(queue: str) -> str:
+    """The pool (`TASKS_PER_QUEUE` slots) bounding how many tasks a queue runs at once."""
+    return f"guestdata_{queue}"
 
 
 def _strings(value: object, where: str) -> tuple[str, ...]:
@@ -152,6 +147,7 @@ def parse_account(entry: object, index: int) -> Account:
         "target_schema",
         "size",
         "requests",
+        "split",
     }
     unknown = sorted(set(entry) - known)
     if unknown:
@@ -175,6 +171,9 @@ def parse_account(entry: object, index: int) -> Account:
         or not all(isinstance(v, int) and v >= 0 for v in requests.values())
     ):
         raise AccountsError(f"{where}: requests must map group names to request counts")
+    split = entry.get("split")
+    if split is not None and not isinstance(split, bool):
+        raise AccountsError(f"{where}: split must be true or false")
     schedule = entry.get("schedule")
     schema = entry.get("target_schema")
     for label, value in (("base_url", entry.get("base_url")), ("schedule", schedule)):
@@ -191,6 +190,7 @@ def parse_account(entry: object, index: int) -> Account:
         target_schema=schema,
         size=size,
         requests=requests,
+        split=split,
     )
 
 
@@ -217,7 +217,7 @@ def parse_config(text: str) -> AccountsConfig:
     for account in accounts:
         for key in account.key_variables:
             if key in owners:
-                # A key belongs to one account; two entries would put it in two lanes.
+                # A key belongs to one account (spec 5): two entries would be a typo.
                 raise AccountsError(
                     f"key {key!r} is listed for {owners[key]!r} and {account.name!r}"
                 )
@@ -228,81 +228,57 @@ def parse_config(text: str) -> AccountsConfig:
     return AccountsConfig(accounts, queues)
 
 
-def key_of_group(account: Account, groups: Sequence[str]) -> dict[str, str]:
-    """Heaviest group first onto the account's least loaded key (ties: the first key), so the
-    heavy groups land on different keys; with equal weights this is round-robin in group
-    order, as the single-account DAG does."""
-    keys = account.key_variables
-    load = dict.fromkeys(keys, 0)
-    count = dict.fromkeys(keys, 0)
+def account_tasks(account: Account, queue: str, *, refresh: bool = True) -> list[TaskSpec]:
+    """The account's tasks: one with all its groups, or one per group; then its refresh."""
+    if account.split_groups:
+        specs = [
+            TaskSpec(account.name, group, (group,), queue, account.weight(group))
+            for group in account.groups
+        ]
+    else:
+        total = sum(account.weight(group) for group in account.groups)
+        specs = [TaskSpec(account.name, WHOLE_ACCOUNT, account.groups, queue, total)]
+    if refresh and {"core", "stats"} & set(account.groups):  # the refresh reads guests, stats
+        specs.append(TaskSpec(account.name, REFRESH_GROUP, (REFRESH_GROUP,), queue, 0))
+    return specs
+
+
+def account_minutes(account: Account) -> float:
+    """Minutes of an account's first sync at its keys' budget (all keys at once, spec 8)."""
+    rate = min(PER_KEY_PER_MINUTE * len(account.key_variables), PER_ADDRESS_PER_MINUTE)
+    return sum(account.weight(group) for group in account.groups) / rate
+
+
+def assign_queues(config: AccountsConfig) -> dict[str, str]:
+    """Every account onto one queue (its address): the longest first, onto the least loaded
+    queue (ties: queue order). All of an account's tasks leave from that address."""
+    load = dict.fromkeys(config.queues, 0.0)
+    order = {account.name: index for index, account in enumerate(config.accounts)}
     chosen: dict[str, str] = {}
-    for group in sorted(groups, key=lambda g: -account.weight(g)):
-        key = min(keys, key=lambda k: (load[k], count[k], keys.index(k)))
-        load[key] += account.weight(group)
-        count[key] += 1
-        chosen[group] = key
-    return {group: chosen[group] for group in groups}
-
-
-def assign_lanes(
-    accounts: Sequence[Account], queues: Sequence[str], weight: Mapping[tuple[str, str], int]
-) -> dict[tuple[str, str], Lane]:
-    """Every (account, key) onto one lane, heaviest key first onto the least loaded lane.
-
-    `weight[(account, key)]` is the work the key does per run (requests). Lanes are the
-    `LANES_PER_QUEUE` lanes of every queue; ties go to the lane holding fewest keys, then to
-    queue order, so the result is deterministic. A key is never split: all its tasks share its
-    lane's one slot.
-    """
-    lanes = [
-        _LaneLoad(Lane(queue, number))
-        for number in range(1, LANES_PER_QUEUE + 1)
-        for queue in queues
-    ]
-    order = {account.name: index for index, account in enumerate(accounts)}
-    keys = [(account.name, key) for account in accounts for key in account.key_variables]
-    keys.sort(key=lambda item: (-weight.get(item, 1), order[item[0]]))
-    assigned: dict[tuple[str, str], Lane] = {}
-    for item in keys:
-        target = min(lanes, key=lambda lane: (lane.load, len(lane.keys)))
-        target.load += weight.get(item, 1)
-        target.keys.append(item)
-        assigned[item] = target.lane
-    return assigned
+    for account in sorted(config.accounts, key=lambda a: (-account_minutes(a), order[a.name])):
+        queue = min(config.queues, key=lambda q: (load[q], config.queues.index(q)))
+        load[queue] += account_minutes(account)
+        chosen[account.name] = queue
+    return chosen
 
 
 def plan_tasks(config: AccountsConfig, *, refresh: bool = True) -> list[TaskSpec]:
-    """Every account's tasks (its daily groups, then the refresh), each with key and lane.
-
-    A task's weight is its group's `Account.weight`; a key's lane load counts its tasks'
-    weights plus `COOLDOWN_REQUESTS` each (the minute a task holds its slot after the run).
-    """
-    keyed: list[tuple[Account, str, str]] = []
-    for account in config.accounts:
-        groups = list(account.groups)
-        if refresh and {"core", "stats"} & set(groups):  # the refresh reads guests and stats
-            groups.append(REFRESH_GROUP)
-        keyed += [(account, g, key) for g, key in key_of_group(account, groups).items()]
-    key_weight: dict[tuple[str, str], int] = {}
-    for account, group, key in keyed:
-        extra = 0 if group == REFRESH_GROUP else COOLDOWN_REQUESTS
-        key_weight[(account.name, key)] = (
-            key_weight.get((account.name, key), 0) + account.weight(group) + extra
-        )
-    lanes = assign_lanes(config.accounts, config.queues, key_weight)
+    """Every account's tasks, in account order, each on its account's queue."""
+    queues = assign_queues(config)
     return [
-        TaskSpec(account.name, group, key, lanes[(account.name, key)], account.weight(group))
-        for account, group, key in keyed
+        spec
+        for account in config.accounts
+        for spec in account_tasks(account, queues[account.name], refresh=refresh)
     ]
 
 
 def pools(config: AccountsConfig) -> list[str]:
-    """The pools an operator creates (1 slot each): every lane of every queue."""
-    return [Lane(queue, n).pool for queue in config.queues for n in range(1, LANES_PER_QUEUE + 1)]
+    """The pools an operator creates (`TASKS_PER_QUEUE` slots each): one per queue."""
+    return [queue_pool(queue) for queue in config.queues]
 
 
-def lane_loads(tasks: Iterable[TaskSpec]) -> dict[Lane, int]:
-    loads: dict[Lane, int] = {}
+def queue_loads(tasks: Iterable[TaskSpec]) -> dict[str, int]:
+    loads: dict[str, int] = {}
     for task in tasks:
-        loads[task.lane] = loads.get(task.lane, 0) + task.weight
+        loads[task.queue] = loads.get(task.queue, 0) + task.weight
     return loads

@@ -39,7 +39,14 @@ SETTINGS: dict[str, str] = {
     "refresh_schedule": "0 3 * * 0",
     "catchup": "false",
     "api_key_variables": "",
-    "key_cooldown_seconds": "60",
+    # Ignored: the shared rate budget replaced the cool-down; kept so DAG files that set it
+    # still parse.
+    "key_cooldown_seconds": "0",
+    # One task per account ("account") or one per stream group ("groups"), single account.
+    "task_shape": "account",
+    # The tap's rate_budget_store for every task (e.g. the broker's redis://...); empty: the
+    # tap's default, a SQLite file per machine.
+    "rate_budget_store": "",
     "retries": "3",
     "retry_delay_minutes": "5",
     "max_retry_delay_minutes": "60",
@@ -132,7 +139,8 @@ class PipelineConfig:
     refresh_schedule: str | None
     catchup: bool
     api_key_variables: tuple[str, ...]
-    key_cooldown_seconds: int
+    task_shape: str
+    rate_budget_store: str
     retries: int
     retry_delay: timedelta
     max_retry_delay: timedelta
@@ -160,7 +168,8 @@ class PipelineConfig:
             refresh_schedule=schedule(read("refresh_schedule")),
             catchup=read("catchup").lower() in ("1", "true", "yes", "on"),
             api_key_variables=tuple(parse_list(read("api_key_variables"))),
-            key_cooldown_seconds=int(read("key_cooldown_seconds")),
+            task_shape=task_shape(read("task_shape")),
+            rate_budget_store=read("rate_budget_store"),
             retries=int(read("retries")),
             retry_delay=timedelta(minutes=float(read("retry_delay_minutes"))),
             max_retry_delay=timedelta(minutes=float(read("max_retry_delay_minutes"))),
@@ -170,6 +179,12 @@ class PipelineConfig:
             queue=read("queue") or None,
             accounts=load_accounts(read("accounts"), root),
         )
+
+
+def task_shape(value: str) -> str:
+    if value not in ("account", "groups"):
+        raise ValueError(f"task_shape must be 'account' or 'groups', got {value!r}")
+    return value
 
 
 def load_accounts(value: str, project_root: str) -> AccountsConfig | None:

@@ -2,26 +2,27 @@
 
 Three DAGs:
 
-- `guestdata_meltano`: one `meltano run` per stream group (core, members, rewards, offers, stats),
-  in parallel. Each group is its own inheriting extractor in meltano.yml, so each has its own
-  state id (`<env>:tap-guestdata--<group>-to-<target>`) and can be cleared and re-run alone.
-- `guestdata_meltano_weekly_refresh`: `meltano run --full-refresh tap-guestdata--refresh`
-  (guests, daily stats): rows that change after they are first read (a guest's
-  `marketing_consent`, late visits in recent days) are read again in full once a week.
+- `guestdata_meltano`: the daily load. One `meltano run tap-guestdata` per account with all
+  its stream groups (task `all`), or, with `task_shape=groups` (a large account: `split`), one
+  per group, in parallel. A task chooses its streams with Meltano's `TAP_GUESTDATA__SELECT` and
+  its state id with `--state-id-suffix`, so a Meltano project needs `tap-guestdata` alone.
+- `guestdata_meltano_weekly_refresh`: `meltano run --full-refresh` of guests and daily stats:
+  rows that change after they are first read (a guest's `marketing_consent`, late visits in
+  recent days) are read again in full once a week.
 - `guestdata_transform`: `dbt build` of transform/ (models and their checks). Each load task
-  publishes an Airflow asset for its group when it succeeds; this DAG is scheduled on those
-  assets: once all five daily groups have loaded, or the weekly refresh has.
+  publishes an Airflow asset per group it loads when it succeeds; this DAG is scheduled on
+  those assets: once all five daily groups have loaded, or the weekly refresh has.
 
-API keys and rate limits (spec 8: 120 requests per rolling minute per key): each task gets one
-key, round-robin over the keys configured, and runs in that key's pool `guestdata_api_key_<n>`
-(1 slot). A key is thus used by one running task at a time, whose own tap limits it to 120 a
-minute; the task keeps its slot for a cool-down after the run so the next holder of the key
-starts with an empty rolling minute.
+API keys and rate limits (spec 8: 120 requests per rolling minute per key, 600 per address):
+every task uses every key of its account, and the tap's shared rate budget
+(`rate_budget_store`: a Redis all workers reach, else a SQLite file per machine) counts every
+process's requests per key and per address (a worker queue is an address). Two tasks may share
+a key; the budget divides it. Pools (one per queue, `guestdata_<queue>`) only bound how many
+tasks run at once, and no task sleeps after its run.
 
 Many accounts: the setting `accounts` (JSON, or the path of a JSON file) lists them; each gets
 a task group in the daily DAG (or a DAG of its own when it has its own schedule), its own
-state id suffix and target schema, and its keys are spread over the worker queues' lanes by
-`accounts.py` (5 lanes of one slot per queue: 600 requests a minute per address).
+state id suffix and target schema, and a worker queue (`accounts.py`).
 Without it the DAGs are the single-account ones described above.
 
 Settings (config.py): Airflow Variable `guestdata_<name>`, else env `GUESTDATA_<NAME>`, else
@@ -30,10 +31,10 @@ the argument of `build_dags`, else the default; read when the DAG file is parsed
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -44,12 +45,14 @@ from airflow.sdk.log import mask_secret
 from tap_guestdata.airflow.accounts import (
     DEFAULT_QUEUE,
     GROUPS,
-    LANES_PER_QUEUE,
     REFRESH_GROUP,
+    TASKS_PER_QUEUE,
+    WHOLE_ACCOUNT,
     Account,
     AccountsConfig,
     TaskSpec,
     plan_tasks,
+    queue_pool,
 )
 from tap_guestdata.airflow.config import PipelineConfig, settings_reader
 
@@ -57,9 +60,8 @@ DAG_ID = "guestdata_meltano"
 REFRESH_DAG_ID = "guestdata_meltano_weekly_refresh"
 TRANSFORM_DAG_ID = "guestdata_transform"
 EXTRACTOR = "tap-guestdata"
-POOL_PREFIX = "guestdata_api_key_"
 
-# Task id -> streams; the extractor is `tap-guestdata--<task id>` (meltano.yml).
+# Stream group -> its streams, chosen per task with TAP_GUESTDATA__SELECT.
 STREAM_GROUPS: dict[str, str] = {  # the groups of accounts.GROUPS, in that order
     "core": "account, venues, guests, read_windows",
     "members": "members, member_ledger",
@@ -68,6 +70,17 @@ STREAM_GROUPS: dict[str, str] = {  # the groups of accounts.GROUPS, in that orde
     "stats": "daily_stats, daily_account_stats",
 }
 REFRESH_STREAMS = "guests, read_windows, daily_stats, daily_account_stats"
+
+
+def streams_of(groups: Sequence[str]) -> list[str]:
+    """The streams of stream groups (or of the refresh), in group order."""
+    every = {**STREAM_GROUPS, REFRESH_GROUP: REFRESH_STREAMS}
+    return [stream for group in groups for stream in every[group].split(", ")]
+
+
+def select_patterns(groups: Sequence[str]) -> str:
+    """Meltano's `select` extra as JSON, for TAP_GUESTDATA__SELECT: these groups' streams."""
+    return json.dumps([f"{stream}.*" for stream in streams_of(groups)])
 
 
 def raw_asset(group: str) -> Asset:
@@ -84,27 +97,6 @@ def models_asset(account: str) -> Asset:
     return Asset(
         name=f"guestdata_models_{account}", uri=f"guestdata://models/{account}", group="guestdata"
     )
-
-
-@dataclass(frozen=True)
-class KeySlot:
-    """Which API key a task uses, and the pool (1 slot) that makes it that key's only user."""
-
-    pool: str
-    key_variable: str | None  # None: no key pinned, Meltano's own config supplies it
-
-
-def assign_keys(task_ids: list[str], key_variables: tuple[str, ...]) -> dict[str, KeySlot]:
-    """Round-robin: task i gets key i mod N and pool `guestdata_api_key_<i mod N + 1>`."""
-    if not key_variables:
-        return {task_id: KeySlot(f"{POOL_PREFIX}1", None) for task_id in task_ids}
-    return {
-        task_id: KeySlot(
-            f"{POOL_PREFIX}{index % len(key_variables) + 1}",
-            key_variables[index % len(key_variables)],
-        )
-        for index, task_id in enumerate(task_ids)
-    }
 
 
 def api_key(name: str) -> str:
@@ -124,13 +116,18 @@ def api_key(name: str) -> str:
     return value
 
 
+def api_keys(names: Sequence[str]) -> str:
+    """Template macro, run on the worker: the keys in Variables (or env vars) `names`, as the
+    JSON list TAP_GUESTDATA_API_KEYS takes; each one masked (`api_key`)."""
+    return json.dumps([api_key(name) for name in names])
+
+
 def meltano_command(
     config: PipelineConfig,
-    group: str,
     *,
+    run_label: str,
     full_refresh: bool,
-    key_pinned: bool,
-    state_id_suffix: str | None = None,
+    state_id_suffix: str | None,
 ) -> str:
     run = [
         config.meltano_bin,
@@ -139,49 +136,40 @@ def meltano_command(
         # Plugins are installed when the worker is deployed: parallel tasks on one machine must
         # not race to install into the shared plugin virtualenvs.
         "--no-install",
-        # One account's state ids must not meet another's: `...-to-<target>:<account>`.
+        # One task's state id must not meet another's: `<env>:tap-guestdata-to-<target>:<suffix>`.
         *([f"--state-id-suffix={state_id_suffix}"] if state_id_suffix else []),
         *(["--full-refresh"] if full_refresh else []),
-        f"{EXTRACTOR}--{group}",
+        EXTRACTOR,
         config.target,
         *config.after_load,
     ]
-    lines = ["set -u"]
-    if state_id_suffix:
-        lines += own_run_directory(state_id_suffix)
-    if key_pinned:
-        # The tap would otherwise spread requests over a key pool, past the one this task holds.
-        lines.append("unset TAP_GUESTDATA_API_KEYS")
+    lines = ["set -u", *own_run_directory(run_label)]
     # A retry follows a try Airflow has given up on (it failed, or its worker was lost and the
     # heartbeat timed out). Meltano holds a lost try's job as running for 5 minutes after its
     # last heartbeat and refuses the state id until then; the retry takes it over.
     lines.append('take_over=(); [ "{{ ti.try_number }}" -le 1 ] || take_over=(--force)')
     head, tail = shlex.join(run[:3]), shlex.join(run[3:])
-    lines.append(f'{head} "${{take_over[@]}}" {tail} && status=0 || status=$?')
-    if config.key_cooldown_seconds > 0:
-        # spec 8: the 120/minute is a rolling minute; keep the pool slot until it has passed.
-        lines.append(f"sleep {config.key_cooldown_seconds}")
-    lines.append('exit "$status"')
+    lines.append(f'exec {head} "${{take_over[@]}}" {tail}')
     return "\n".join(lines)
 
 
-def own_run_directory(account: str) -> list[str]:
-    """Shell lines giving the account's runs a Meltano system directory of their own.
+def own_run_directory(label: str) -> list[str]:
+    """Shell lines giving the task's runs a Meltano system directory of their own.
 
     Meltano 4.4 writes an extractor's catalog and incoming state to fixed names under
-    `.meltano/run/<extractor>/` (`tap.properties.json`, `state.json`), so two accounts running
-    the same stream group on one machine would read each other's state and catalog. The
-    account's directory links everything else (plugin virtualenvs, the SQLite database if
-    one is used) back to the shared one, so plugins are still installed once per machine;
-    `ln` without `-f` leaves a link alone if another task of the account made it first.
+    `.meltano/run/<extractor>/` (`tap.properties.json`, `state.json`), and every task runs the
+    same extractor with its own selection and state id, so two tasks on one machine would read
+    each other's. The task's directory links everything else (plugin virtualenvs, the SQLite
+    database if one is used) back to the shared one, so plugins are still installed once per
+    machine; `ln` without `-f` leaves a link alone if another try made it first.
     """
     return [
         'shared="${MELTANO_SYS_DIR_ROOT:-$PWD/.meltano}"',
-        f'own="$shared/accounts/{account}"',
+        f'own="$shared/tasks/{label}"',
         'mkdir -p "$own"',
         "shopt -s nullglob",
         'for entry in "$shared"/* "$shared/meltano.db"; do',
-        '  case "${entry##*/}" in run | logs | accounts) ;;',
+        '  case "${entry##*/}" in run | logs | tasks) ;;',
         '    *) ln -s "$entry" "$own/${entry##*/}" 2>/dev/null || true ;; esac',
         "done",
         'export MELTANO_SYS_DIR_ROOT="$own"',
@@ -195,44 +183,54 @@ def schema_variable(target: str) -> str:
 
 def meltano_task(
     config: PipelineConfig,
-    group: str,
-    slot: KeySlot,
+    task_id: str,
+    groups: Sequence[str],
     *,
+    keys: Sequence[str],
     full_refresh: bool = False,
     timeout: timedelta,
-    streams: str,
+    state_id_suffix: str | None,
+    outlets: list[Asset],
     account: Account | None = None,
     queue: str | None = None,
 ) -> BashOperator:
-    env: dict[str, str] = {}
-    if slot.key_variable:
-        # Rendered on the worker by `api_key` (masked); the DAG file holds only the name.
-        env["TAP_GUESTDATA_API_KEY"] = f"{{{{ guestdata_api_key({slot.key_variable!r}) }}}}"
+    env: dict[str, str] = {"TAP_GUESTDATA__SELECT": select_patterns(groups)}
+    if keys:
+        # Rendered on the worker by `api_keys` (masked); the DAG file holds only the names.
+        env["TAP_GUESTDATA_API_KEYS"] = f"{{{{ guestdata_api_keys({list(keys)!r}) }}}}"
+        # The tap adds api_key to api_keys: set it to one of these, so no key configured for
+        # the project or the worker (another account's) joins them.
+        env["TAP_GUESTDATA_API_KEY"] = f"{{{{ guestdata_api_key({keys[0]!r}) }}}}"
+    if config.rate_budget_store:
+        env["TAP_GUESTDATA_RATE_BUDGET_STORE"] = config.rate_budget_store
+    queue = queue or config.queue
+    if queue:
+        # spec 8: 600 a minute per address; a queue is served by the workers of one address.
+        env["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] = queue
     if account is not None:
         env[schema_variable(config.target)] = account.schema
         if account.base_url:
             env["TAP_GUESTDATA_BASE_URL"] = account.base_url
-    queue = queue or config.queue
     where = f"account `{account.name}`, " if account else ""
+    pool = queue_pool(queue or DEFAULT_QUEUE)
     return BashOperator(
-        task_id=group,
+        task_id=task_id,
         bash_command=meltano_command(
             config,
-            group,
+            run_label=state_id_suffix or "default",
             full_refresh=full_refresh,
-            key_pinned=slot.key_variable is not None,
-            state_id_suffix=account.state_id_suffix if account else None,
+            state_id_suffix=state_id_suffix,
         ),
         cwd=config.project_root,
-        env=env or None,
+        env=env,
         append_env=True,  # PATH, MELTANO_DATABASE_URI, TARGET_POSTGRES_* from the worker
         skip_on_exit_code=None,  # every non-zero exit is a failure (meltano never means "skip")
-        pool=slot.pool,
+        pool=pool,
         execution_timeout=timeout,
         # Published only when the task succeeds: the transform DAG is scheduled on these.
-        outlets=[raw_asset(f"{account.name}/{group}" if account else group)],
-        doc_md=f"`meltano run {EXTRACTOR}--{group} {config.target}`: {streams}. "
-        f"{where}Key: {slot.key_variable or 'from Meltano config'}; pool `{slot.pool}`.",
+        outlets=outlets,
+        doc_md=f"`meltano run {EXTRACTOR} {config.target}`: {', '.join(streams_of(groups))}. "
+        f"{where}Keys: {', '.join(keys) or 'from Meltano config'}; pool `{pool}`.",
         **queue_argument(queue),
     )
 
@@ -284,23 +282,42 @@ def common_arguments(config: PipelineConfig) -> dict[str, Any]:
             "retry_exponential_backoff": 2.0,
             "max_retry_delay": config.max_retry_delay,
         },
-        "user_defined_macros": {"guestdata_api_key": api_key},
+        "user_defined_macros": {"guestdata_api_key": api_key, "guestdata_api_keys": api_keys},
         "tags": ["guestdata", "meltano"],
     }
 
 
 def single_account_dags(config: PipelineConfig) -> list[DAG]:
-    slots = assign_keys([*STREAM_GROUPS, REFRESH_GROUP], config.api_key_variables)
     common = common_arguments(config)
+    keys = config.api_key_variables
     with DAG(
         DAG_ID,
         schedule=config.schedule,
-        description="Guest Data API to the warehouse, one Meltano run per stream group",
+        description="Guest Data API to the warehouse: one Meltano run (or one per stream group)",
         doc_md=__doc__,
         **common,
     ) as incremental:
-        for group, streams in STREAM_GROUPS.items():
-            meltano_task(config, group, slots[group], timeout=config.task_timeout, streams=streams)
+        if config.task_shape == "groups":
+            for group in STREAM_GROUPS:
+                meltano_task(
+                    config,
+                    group,
+                    [group],
+                    keys=keys,
+                    timeout=config.task_timeout,
+                    state_id_suffix=group,
+                    outlets=[raw_asset(group)],
+                )
+        else:
+            meltano_task(
+                config,
+                WHOLE_ACCOUNT,
+                list(STREAM_GROUPS),
+                keys=keys,
+                timeout=config.task_timeout,
+                state_id_suffix=None,  # the plain `meltano run tap-guestdata <target>` state
+                outlets=[raw_asset(group) for group in STREAM_GROUPS],
+            )
     with DAG(
         REFRESH_DAG_ID,
         schedule=config.refresh_schedule,
@@ -311,10 +328,12 @@ def single_account_dags(config: PipelineConfig) -> list[DAG]:
         meltano_task(
             config,
             REFRESH_GROUP,
-            slots[REFRESH_GROUP],
+            [REFRESH_GROUP],
+            keys=keys,
             full_refresh=True,
             timeout=config.refresh_timeout,
-            streams=REFRESH_STREAMS,
+            state_id_suffix=REFRESH_GROUP,
+            outlets=[raw_asset(REFRESH_GROUP)],
         )
     if not config.transform:
         return [incremental, refresh]
@@ -330,24 +349,30 @@ def single_account_dags(config: PipelineConfig) -> list[DAG]:
     return [incremental, refresh, transform]
 
 
+def state_id_suffix(spec: TaskSpec) -> str:
+    """`<account>` for a whole-account task, `<account>-<group>` for a group or the refresh."""
+    return spec.account if spec.group == WHOLE_ACCOUNT else f"{spec.account}-{spec.group}"
+
+
 def account_tasks(
     config: PipelineConfig, account: Account, specs: list[TaskSpec], *, refresh: bool
 ) -> None:
-    """The account's task group: its daily groups, or its refresh, each in its key's lane."""
+    """The account's task group: its daily task(s), or its refresh, on the account's queue."""
     with TaskGroup(account.name, tooltip=f"account {account.name}: schema {account.schema}"):
         for spec in specs:
             if (spec.group == REFRESH_GROUP) != refresh:
                 continue
-            queue = None if spec.lane.queue == DEFAULT_QUEUE else spec.lane.queue
             meltano_task(
                 config,
                 spec.group,
-                KeySlot(spec.lane.pool, spec.key_variable),
+                spec.groups,
+                keys=account.key_variables,
                 full_refresh=refresh,
                 timeout=config.refresh_timeout if refresh else config.task_timeout,
-                streams=REFRESH_STREAMS if refresh else STREAM_GROUPS[spec.group],
+                state_id_suffix=state_id_suffix(spec),
+                outlets=[raw_asset(f"{account.name}/{group}") for group in spec.groups],
                 account=account,
-                queue=queue,
+                queue=None if spec.queue == DEFAULT_QUEUE else spec.queue,
             )
 
 
@@ -355,16 +380,16 @@ def account_dags(config: PipelineConfig, accounts: AccountsConfig) -> list[DAG]:
     """Many accounts: the daily DAG holds a task group per account on the daily schedule; an
     account with its own schedule gets `guestdata_meltano_<name>`; the weekly refresh holds a
     group per account; each account that loads every group gets `guestdata_transform_<name>`.
-    Every task runs in the lane (pool, queue) of its key: see accounts.py."""
+    Every task runs on its account's queue, in the queue's pool: see accounts.py."""
     specs = plan_tasks(accounts)
     by_account = {
         account.name: [s for s in specs if s.account == account.name]
         for account in accounts.accounts
     }
-    # Every lane busy at once (Airflow's default cap is 16 running tasks per DAG).
+    # Every queue's pool busy at once (Airflow's default cap is 16 running tasks per DAG).
     common = {
         **common_arguments(config),
-        "max_active_tasks": LANES_PER_QUEUE * len(accounts.queues),
+        "max_active_tasks": TASKS_PER_QUEUE * len(accounts.queues),
     }
     dags: list[DAG] = []
     shared = [a for a in accounts.accounts if a.schedule is None]
@@ -441,8 +466,7 @@ def build_dags(
         accounts: many accounts: the JSON document (or its path, relative to project_root,
             or the parsed document); None: one account.
         api_key_variables: names of the Variables (or worker env vars) holding the API keys;
-            each gets a pool of one slot, `guestdata_api_key_<n>` (with `accounts`: the lanes
-            of the queues, `guestdata_<queue>_lane_<n>`).
+            every task uses them all (with `accounts`: each account's own).
         settings: any other setting of `config.SETTINGS` by name (`meltano_bin`, `schedule`...).
 
     Each is a default: Variable `guestdata_<name>` or env `GUESTDATA_<NAME>` overrides it.

@@ -9,10 +9,16 @@ budget: what the server counts beyond our own requests is taken as other clients
 wait when that leaves no room (Remaining near 0 because of others). Our own keys' budgets are
 already within the ceiling by configuration (5 x 120 = 600), so the ceiling never slows us more
 than the configured per-key budgets do.
+
+Other processes' requests on the same keys and address (two `meltano run`s, Airflow tasks on
+other workers) are counted by the shared budget (http/budget.py): a key's slot is taken there
+too before the request goes out. If the shared store fails, the pool says so once and carries
+on with its own limits alone.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 
 import requests
 
+from tap_guestdata.http.budget import FALLBACK_WARNING, BudgetUnavailable, SharedBudget, key_id
 from tap_guestdata.http.errors import retry_after_seconds
 
 ADDRESS_LIMIT_DEFAULT = 600  # spec 8: requests per minute per IP address
@@ -36,18 +43,20 @@ class KeyLimiter:
     answered: deque[float] = field(default_factory=deque)  # monotonic answer times
     in_flight: int = 0
     paused_until: float = 0.0
+    shared_full_until: float = 0.0  # the shared budget said: no slot for this key before then
+    shared_id: str = ""  # the key's name in the shared store (a hash: never the key itself)
 
     def free_slots(self, now: float) -> int:
         while self.answered and self.answered[0] + self.window + SAFETY_SECONDS <= now:
             self.answered.popleft()
-        if now < self.paused_until:
+        if now < max(self.paused_until, self.shared_full_until):
             return 0
         return self.limit - len(self.answered) - self.in_flight
 
     def next_change(self, now: float) -> float:
         """When this key may next gain a slot without an answer arriving."""
-        if now < self.paused_until:
-            return self.paused_until
+        if now < max(self.paused_until, self.shared_full_until):
+            return max(self.paused_until, self.shared_full_until)
         if self.answered:
             return self.answered[0] + self.window + SAFETY_SECONDS
         return float("inf")
@@ -108,12 +117,13 @@ class PoolClosed(Exception):
 class Lease:
     """One request's slot on one key; `release` dates the slot when the answer arrives."""
 
-    __slots__ = ("_pool", "key", "limiter")
+    __slots__ = ("_pool", "key", "limiter", "shared_slot")
 
-    def __init__(self, pool: KeyPool, limiter: KeyLimiter) -> None:
+    def __init__(self, pool: KeyPool, limiter: KeyLimiter, shared_slot: str | None) -> None:
         self._pool = pool
         self.limiter = limiter
         self.key = limiter.key
+        self.shared_slot = shared_slot
 
     def release(self, response: requests.Response | None) -> None:
         self._pool.release(self, response)
@@ -125,12 +135,37 @@ class Lease:
 class KeyPool:
     """Every key of the account, each with its own limiter; thread-safe."""
 
-    def __init__(self, keys: list[str], limit: int, window: float) -> None:
-        self._limiters = [KeyLimiter(key, limit, window) for key in keys]
+    def __init__(
+        self,
+        keys: list[str],
+        limit: int,
+        window: float,
+        *,
+        shared: SharedBudget | None = None,
+        api: str = "",
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self._limiters = [
+            KeyLimiter(key, limit, window, shared_id=key_id(api, key)) for key in keys
+        ]
         self._address = AddressBudget(window, configured=limit * len(keys))
         self._condition = threading.Condition()
         self._turn = 0
         self._closed = False
+        self._shared = shared
+        self._logger = logger or logging.getLogger("tap-guestdata")
+
+    @property
+    def shared(self) -> SharedBudget | None:
+        """The shared budget in use; None once it failed (or was never configured)."""
+        return self._shared
+
+    def _shared_failed(self, error: BudgetUnavailable) -> None:
+        """spec 8 is still kept per process: warn once, and go on without the store."""
+        if self._shared is None:
+            return
+        self._shared = None
+        self._logger.warning(FALLBACK_WARNING, error)
 
     def close(self) -> None:
         """End of run: waiting requests give up (a failed run's workers stop quickly)."""
@@ -145,30 +180,54 @@ class KeyPool:
                 if self._closed:
                     raise PoolClosed("the run has ended")
                 now = time.monotonic()
-                limiter = self._least_loaded(now)
-                if limiter is not None and self._address.free_slots(now) > 0:
-                    limiter.in_flight += 1
-                    self._address.in_flight += 1
-                    return Lease(self, limiter)
+                if self._address.free_slots(now) > 0:
+                    for limiter in self._by_free_slots(now):
+                        granted, shared_slot = self._take_shared(limiter, now)
+                        if granted:
+                            limiter.in_flight += 1
+                            self._address.in_flight += 1
+                            return Lease(self, limiter, shared_slot)
                 wakes = [each.next_change(now) for each in self._limiters]
                 if self._address.free_slots(now) <= 0:
                     wakes.append(self._address.next_change(now))
                 wake = min(wakes)
                 self._condition.wait(timeout=None if wake == float("inf") else wake - now)
 
-    def _least_loaded(self, now: float) -> KeyLimiter | None:
+    def _by_free_slots(self, now: float) -> list[KeyLimiter]:
+        """Keys with a free slot here, the least loaded first (ties rotate, so keys share)."""
         count = len(self._limiters)
-        best: KeyLimiter | None = None
-        best_free = 0
-        for offset in range(count):  # rotate ties so keys share the load evenly
-            limiter = self._limiters[(self._turn + offset) % count]
-            free = limiter.free_slots(now)
-            if free > best_free:
-                best, best_free = limiter, free
+        rotated = [self._limiters[(self._turn + offset) % count] for offset in range(count)]
         self._turn = (self._turn + 1) % count
-        return best
+        free = [(limiter.free_slots(now), limiter) for limiter in rotated]
+        ordered = sorted(
+            ((slots, index, limiter) for index, (slots, limiter) in enumerate(free) if slots > 0),
+            key=lambda entry: (-entry[0], entry[1]),
+        )
+        return [limiter for _, _, limiter in ordered]
+
+    def _take_shared(self, limiter: KeyLimiter, now: float) -> tuple[bool, str | None]:
+        """A slot for this key (and this address) in the shared budget, taken before sending."""
+        shared = self._shared
+        if shared is None:
+            return True, None
+        try:
+            grant = shared.take(limiter.shared_id)
+        except BudgetUnavailable as error:
+            self._shared_failed(error)
+            return True, None
+        if grant.slot is None:
+            limiter.shared_full_until = now + grant.wait_seconds
+            return False, None
+        return True, grant.slot
 
     def release(self, lease: Lease, response: requests.Response | None) -> None:
+        shared = self._shared
+        if lease.shared_slot is not None and shared is not None:
+            try:  # dated again at the answer: the server counted it before now (spec 8)
+                shared.answered(lease.limiter.shared_id, lease.shared_slot)
+            except BudgetUnavailable as error:
+                with self._condition:
+                    self._shared_failed(error)
         with self._condition:
             now = time.monotonic()
             lease.limiter.in_flight -= 1

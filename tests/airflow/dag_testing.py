@@ -134,7 +134,6 @@ def pipeline_airflow(
             "GUESTDATA_MELTANO_BIN": str(MELTANO),
             "GUESTDATA_MELTANO_ENVIRONMENT": "dev",
             "GUESTDATA_RETRIES": "0",  # dag.test() would wait out retry_delay
-            "GUESTDATA_KEY_COOLDOWN_SECONDS": "0",
             **settings,
         },
     )

@@ -1,15 +1,14 @@
-"""Accounts as configuration, and keys spread over worker lanes (tap_guestdata/airflow/accounts.py).
+"""Accounts as configuration, their tasks, and accounts spread over worker queues
+(tap_guestdata/airflow/accounts.py). Pure Python, no Airflow.
 
-Pure Python, no Airflow. The budget guarantees are checked the way Airflow would enforce them:
-a random scheduler starts and ends the planned tasks in any order, honouring only the pools
-(one slot each), and at every moment no queue's running keys may exceed 600 requests a minute
-and no key may sit in two running tasks.
+The rate budget itself (per key, per address) is the tap's shared budget, tested in
+tests/budget; here: every account's groups are planned exactly once, a small account is one
+task, a large one a task per group, and the work is spread evenly over the queues.
 """
 
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 from hypothesis import given, settings
@@ -17,51 +16,19 @@ from hypothesis import strategies as st
 
 from tap_guestdata.airflow.accounts import (
     GROUPS,
-    LANES_PER_QUEUE,
-    PER_ADDRESS_PER_MINUTE,
-    PER_KEY_PER_MINUTE,
     REFRESH_GROUP,
+    SIZE_REQUESTS,
+    SPLIT_FROM_REQUESTS,
+    WHOLE_ACCOUNT,
     Account,
     AccountsConfig,
     AccountsError,
-    TaskSpec,
-    key_of_group,
-    lane_loads,
+    account_minutes,
     parse_config,
     plan_tasks,
     pools,
+    queue_loads,
 )
-
-
-def random_schedule(tasks: list[TaskSpec], seed: int) -> list[list[TaskSpec]]:
-    """Every set of running tasks a pool-honouring scheduler passes through, in a random run:
-    each step either ends a running task or starts a queued one whose pool has a free slot."""
-    rng = random.Random(seed)
-    waiting = list(tasks)
-    rng.shuffle(waiting)
-    running: list[TaskSpec] = []
-    snapshots = []
-    while waiting or running:
-        busy = {task.lane.pool for task in running}
-        startable = [task for task in waiting if task.lane.pool not in busy]
-        if startable and (not running or rng.random() < 0.7):
-            task = rng.choice(startable)
-            waiting.remove(task)
-            running.append(task)
-        else:
-            running.remove(rng.choice(running))
-        snapshots.append(list(running))
-    return snapshots
-
-
-def check_budgets(running: list[TaskSpec]) -> None:
-    held = [(task.account, task.key_variable) for task in running]
-    assert len(held) == len(set(held)), f"a key in two running tasks: {held}"
-    per_queue: dict[str, int] = {}
-    for task in running:
-        per_queue[task.lane.queue] = per_queue.get(task.lane.queue, 0) + PER_KEY_PER_MINUTE
-    assert all(rate <= PER_ADDRESS_PER_MINUTE for rate in per_queue.values()), per_queue
-
 
 accounts_strategy = st.lists(
     st.tuples(
@@ -75,13 +42,9 @@ accounts_strategy = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    accounts=accounts_strategy,
-    queue_count=st.integers(min_value=1, max_value=6),
-    seed=st.integers(min_value=0, max_value=2**32),
-)
-def test_no_queue_exceeds_600_a_minute_and_no_key_runs_twice(
-    accounts: list[tuple[int, list[str], str | None]], queue_count: int, seed: int
+@given(accounts=accounts_strategy, queue_count=st.integers(min_value=1, max_value=6))
+def test_every_group_of_every_account_is_planned_once_on_the_accounts_queue(
+    accounts: list[tuple[int, list[str], str | None]], queue_count: int
 ) -> None:
     config = AccountsConfig(
         tuple(
@@ -96,58 +59,61 @@ def test_no_queue_exceeds_600_a_minute_and_no_key_runs_twice(
         tuple(f"w{q}" for q in range(queue_count)),
     )
     tasks = plan_tasks(config)
-    # Every account's every group (and its refresh) is planned once, with one of its own keys.
     for account in config.accounts:
         planned = [task for task in tasks if task.account == account.name]
+        daily = [task for task in planned if task.group != REFRESH_GROUP]
+        loaded = [group for task in daily for group in task.groups]
+        assert loaded == list(account.groups), "each group exactly once, in order"
+        large = (
+            account.size == "large"
+            and sum(SIZE_REQUESTS["large"]["first"][g] for g in account.groups)
+            >= SPLIT_FROM_REQUESTS
+        )
+        if large:
+            assert [task.group for task in daily] == list(account.groups)
+        else:
+            assert [task.group for task in daily] == [WHOLE_ACCOUNT]
         refreshed = bool({"core", "stats"} & set(account.groups))  # guests and stats
-        assert [task.group for task in planned] == [
-            *account.groups,
-            *([REFRESH_GROUP] if refreshed else []),
-        ]
-        assert {task.key_variable for task in planned} <= set(account.key_variables)
-    # A key lives in exactly one lane; a queue has at most LANES_PER_QUEUE lanes.
-    lane_of_key: dict[tuple[str, str], str] = {}
-    for task in tasks:
-        key = (task.account, task.key_variable)
-        assert lane_of_key.setdefault(key, task.lane.pool) == task.lane.pool
-        assert 1 <= task.lane.number <= LANES_PER_QUEUE
-        assert task.lane.pool in pools(config)
-    for running in random_schedule(tasks, seed):
-        check_budgets(running)
+        assert [t.group for t in planned if t.group == REFRESH_GROUP] == (
+            [REFRESH_GROUP] if refreshed else []
+        )
+        assert len({task.queue for task in planned}) == 1, "an account leaves from one address"
+        assert all(task.pool in pools(config) for task in planned)
 
 
-def test_the_schedule_check_can_fail() -> None:
-    """Two lanes' worth of keys forced into one pool-free queue: the check must object."""
-    account = Account("a", tuple(f"k{n}" for n in range(5)))
-    config = AccountsConfig((account, Account("b", ("b1",))), ("w0",))
-    tasks = plan_tasks(config)
-    with pytest.raises(AssertionError):
-        check_budgets(tasks)  # every task at once, as if no pools existed
+def test_a_small_account_is_one_task_and_a_large_one_a_task_per_group() -> None:
+    small = Account("s", ("k1",), size="small")
+    large = Account("l", ("k1", "k2"), size="large")
+    forced = Account("f", ("k1",), size="small", split=True)
+    tasks = plan_tasks(AccountsConfig((small, large, forced)))
+    assert [t.task_id for t in tasks if t.account == "s"] == ["s.all", "s.refresh"]
+    assert [t.task_id for t in tasks if t.account == "l"] == [
+        *(f"l.{group}" for group in GROUPS),
+        "l.refresh",
+    ]
+    assert [t.group for t in tasks if t.account == "f"] == [*GROUPS, REFRESH_GROUP]
+    whole = next(t for t in tasks if t.task_id == "s.all")
+    assert whole.groups == GROUPS
+    assert whole.weight == sum(SIZE_REQUESTS["small"]["first"].values())
 
 
-def test_heavy_groups_go_to_different_keys() -> None:
-    """Medium's first sync: stats (2,819 requests) and members (2,010) never share a key."""
-    for keys in range(2, 6):
-        account = Account("m", tuple(f"k{n}" for n in range(keys)), size="medium")
-        chosen = key_of_group(account, GROUPS)
-        assert chosen["stats"] != chosen["members"], chosen
-        assert set(chosen.values()) == set(account.key_variables[: len(GROUPS)])
-    # Without sizes: round-robin in group order, as the single-account DAG.
-    plain = Account("p", ("k1", "k2", "k3"))
-    assert list(key_of_group(plain, GROUPS).values()) == ["k1", "k2", "k3", "k1", "k2"]
-
-
-def test_keys_spread_over_queues_heaviest_first() -> None:
-    """Ten large one-key accounts on two addresses: five lanes each, two keys per lane."""
+def test_accounts_spread_over_queues_longest_first() -> None:
+    """Ten large one-key accounts on two addresses: five each; equal work per queue."""
     config = AccountsConfig(
         tuple(Account(f"big{n}", (f"big{n}_key",), size="large") for n in range(10)),
         ("w1", "w2"),
     )
     tasks = plan_tasks(config)
-    loads = lane_loads(task for task in tasks if task.group != REFRESH_GROUP)
-    assert len(loads) == 10
-    assert len(set(loads.values())) == 1, loads  # equal accounts: equal lanes
-    assert {lane.queue for lane in loads} == {"w1", "w2"}
+    loads = queue_loads(task for task in tasks if task.group != REFRESH_GROUP)
+    assert loads.keys() == {"w1", "w2"}
+    assert len(set(loads.values())) == 1, loads
+    # One five-key account is as long as five one-key accounts: it gets a queue to itself.
+    wide = Account("wide", tuple(f"k{n}" for n in range(5)), size="large")
+    narrow = tuple(Account(f"n{n}", (f"n{n}_key",), size="small") for n in range(5))
+    mixed = plan_tasks(AccountsConfig((*narrow, wide), ("w1", "w2")))
+    queues = {task.account: task.queue for task in mixed}
+    assert account_minutes(wide) > sum(account_minutes(a) for a in narrow)
+    assert all(queues[a.name] != queues["wide"] for a in narrow)
 
 
 def test_an_account_entry_is_all_it_takes() -> None:
@@ -175,7 +141,7 @@ def test_an_account_entry_is_all_it_takes() -> None:
     )
     harbour, saltmarsh = config.accounts
     assert harbour.schema == "guestdata_harbour"
-    assert harbour.state_id_suffix == "harbour"
+    assert harbour.split_groups, "a large account runs a task per group"
     assert saltmarsh.key_variables == ("saltmarsh_key",)
     assert saltmarsh.schema == "raw_saltmarsh"
     assert config.queues == ("w1", "w2")
@@ -192,6 +158,7 @@ def test_an_account_entry_is_all_it_takes() -> None:
         ('[{"name": "a", "keys": ["k"]}, {"name": "a", "keys": ["j"]}]', "distinct"),
         ('[{"name": "a", "keys": ["k"]}, {"name": "b", "keys": ["k"]}]', "listed for"),
         ('[{"name": "a", "keys": ["k"], "sise": "large"}]', "unknown fields"),
+        ('[{"name": "a", "keys": ["k"], "split": "yes"}]', "split must be"),
         ('{"queues": [], "accounts": [{"name": "a", "keys": ["k"]}]}', "queues"),
         ("not json", "not JSON"),
     ],

@@ -3,8 +3,8 @@
 Four sandbox accounts in one DAG, two queues: Growth with Rewards (two keys), limited access
 (contacts masked), Rewards off (its Rewards streams are skipped), and one whose key is revoked.
 Each loads into its own schema with its own state ids and equals its own ground truth; the
-revoked one fails its own task and nothing else. Two stream groups per account (core, rewards)
-keep it to seven short Meltano runs on a small sandbox.
+revoked one fails its own task and nothing else. Two stream groups per account (core, rewards),
+one task each (small accounts: all groups in one Meltano run, every key of the account).
 """
 
 from __future__ import annotations
@@ -100,17 +100,17 @@ def test_each_account_loads_its_own_schema_and_a_revoked_key_fails_only_its_task
 
     assert run["state"] == "failed", run
     assert run["tasks"] == {
-        **{f"{name}.{group}": "success" for name in GOOD for group in STREAMS},
-        "revoked.core": "failed",
+        **{f"{name}.all": "success" for name in GOOD},
+        "revoked.all": "failed",
     }
     assert run["assets_published"] == sorted(
         f"guestdata_raw_{name}_{group}" for name in GOOD for group in STREAMS
     )
-    assert state_ids(airflow) == sorted(
-        f"dev:tap-guestdata--{group}-to-target-postgres:{name}"
-        for name in GOOD
-        for group in STREAMS
-    )
+    # Each good account its own state id; the revoked account's failed run may leave one of
+    # its own (Meltano records the failed job), never anyone else's.
+    ids = set(state_ids(airflow))
+    good = {f"dev:tap-guestdata-to-target-postgres:{name}" for name in GOOD}
+    assert good <= ids and ids - good <= {"dev:tap-guestdata-to-target-postgres:revoked"}, ids
     assert not tables_in(database_url, "guestdata_revoked")
     assert not tables_in(database_url, "guestdata"), "nothing in the single-account schema"
 
@@ -139,12 +139,10 @@ def test_each_account_loads_its_own_schema_and_a_revoked_key_fails_only_its_task
             count = connection.execute(f'SELECT count(*) FROM "{schema}".rewards').fetchone()[0]
             assert count == rewards if rewards is not None else count > 0, (schema, count)
 
-    # Each account's requests carried only its own keys; harbour's two groups, two keys.
+    # Each account's requests carried only its own keys; harbour's one task, both its keys.
     keys_used: dict[str, set[str]] = {}
     for request in sandbox.requests_log():
         keys_used.setdefault(request["key"], set()).add(request["path"])
     assert set(keys_used) == {key for keys in KEYS.values() for key in keys}
-    assert all(not path.startswith("/rewards") for path in keys_used[OWNER_KEYS[0]])
-    assert all(path.startswith("/rewards") for path in keys_used[OWNER_KEYS[1]])
     assert OWNER_KEYS[1] not in airflow.output()
     print(f"\ndag.test() of four accounts: {run['seconds']:.1f} s in Airflow")

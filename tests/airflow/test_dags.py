@@ -24,27 +24,24 @@ GROUPS = ["core", "members", "rewards", "offers", "stats"]
 KEY_NAMES = [f"guestdata_api_key_{n}" for n in range(1, 6)]
 
 
-def pools(count: int) -> list[str]:
-    """The pools docs/airflow.md tells operators to create for `count` keys (1 slot each)."""
-    return [f"guestdata_api_key_{n}" for n in range(1, max(count, 1) + 1)]
-
-
-def known_pools(count: int) -> list[str]:
-    """What a DagBag knows: Airflow's own default_pool (the models' task) and the key pools."""
-    return ["default_pool", *pools(count)]
+def known_pools(queue: str = "default") -> list[str]:
+    """What a DagBag knows: Airflow's own default_pool (the models' task) and the pool
+    docs/airflow.md tells operators to create for the queue (concurrency, not rate)."""
+    return ["default_pool", f"guestdata_{queue}"]
 
 
 SCENARIOS: dict[str, dict[str, Any]] = {
-    "defaults": {"env": {}, "known_pools": known_pools(0)},
+    "defaults": {"env": {}, "known_pools": known_pools()},
     # Pool validation is live: a DagBag that knows only the default pool warns about ours.
     "pools_missing": {"env": {}, "known_pools": ["default_pool"]},
     **{
         f"keys_{count}": {
             "env": {"GUESTDATA_API_KEY_VARIABLES": ",".join(KEY_NAMES[:count])},
-            "known_pools": known_pools(count),
+            "known_pools": known_pools(),
         }
         for count in range(1, 6)
     },
+    "groups": {"env": {"GUESTDATA_TASK_SHAPE": "groups"}, "known_pools": known_pools()},
     # Variables (AIRFLOW_VAR_*) beat plain environment variables; the key list as JSON; one key
     # in a Variable whose name Airflow would not mask by itself, one in a plain env var.
     "overrides": {
@@ -59,14 +56,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "GUESTDATA_CATCHUP": "true",
             "GUESTDATA_RETRIES": "0",
             "GUESTDATA_TASK_TIMEOUT_MINUTES": "15",
-            "GUESTDATA_KEY_COOLDOWN_SECONDS": "0",
+            "GUESTDATA_KEY_COOLDOWN_SECONDS": "60",  # ignored: no cool-down any more
+            "GUESTDATA_RATE_BUDGET_STORE": "redis://broker:6379/3",
             "GUESTDATA_MELTANO_ENVIRONMENT": "dev",
             "GUESTDATA_MELTANO_TARGET": "target-snowflake",
             "GUESTDATA_MELTANO_BIN": "/opt/meltano/bin/meltano",
             "GUESTDATA_PROJECT_ROOT": "/srv/tap-guestdata",
             "GUESTDATA_QUEUE": "meltano",
         },
-        "known_pools": known_pools(2),
+        "known_pools": known_pools("meltano"),
         "api_keys": ["guestdata_k1", "GUESTDATA_TEST_K2", "guestdata_missing"],
     },
 }
@@ -75,7 +73,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 ACCOUNTS = {
     "queues": ["worker_1", "worker_2"],
     "accounts": [
-        {"name": "harbour", "keys": ["harbour_k1", "harbour_k2"], "size": "medium"},
+        {"name": "harbour", "keys": ["harbour_k1", "harbour_k2"], "size": "large"},
+        {"name": "quay", "keys": ["quay_k1"], "size": "small"},
         {
             "name": "saltmarsh",
             "base_url": "https://eu.example/api/v1/customer",
@@ -91,10 +90,10 @@ ACCOUNTS = {
         },
     ],
 }
-LANE_POOLS = [f"guestdata_worker_{w}_lane_{n}" for w in (1, 2) for n in range(1, 6)]
+QUEUE_POOLS = ["guestdata_worker_1", "guestdata_worker_2"]
 SCENARIOS["accounts"] = {
     "env": {"GUESTDATA_ACCOUNTS": json.dumps(ACCOUNTS)},
-    "known_pools": ["default_pool", *LANE_POOLS],
+    "known_pools": ["default_pool", *QUEUE_POOLS],
 }
 
 
@@ -112,15 +111,21 @@ def all_tasks(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {**tasks(result, DAILY), **tasks(result, REFRESH)}
 
 
-def key_name(task: dict[str, Any]) -> str | None:
-    """The Variable/env name a task's key comes from (its env holds a template, not a key)."""
-    if not task["env"]:
+def key_names(task: dict[str, Any]) -> list[str] | None:
+    """The Variable/env names a task's keys come from (its env holds a template, not keys)."""
+    if "TAP_GUESTDATA_API_KEYS" not in task["env"]:
         return None
     match = re.fullmatch(
-        r"\{\{ guestdata_api_key\('([^']+)'\) \}\}", task["env"]["TAP_GUESTDATA_API_KEY"]
+        r"\{\{ guestdata_api_keys\((\[[^]]*\])\) \}\}", task["env"]["TAP_GUESTDATA_API_KEYS"]
     )
     assert match, task["env"]
-    return match.group(1)
+    return json.loads(match.group(1).replace("'", '"'))
+
+
+def selected_streams(task: dict[str, Any]) -> list[str]:
+    return [
+        pattern.removesuffix(".*") for pattern in json.loads(task["env"]["TAP_GUESTDATA__SELECT"])
+    ]
 
 
 def test_every_file_in_dags_imports_without_errors(loaded: dict[str, dict[str, Any]]) -> None:
@@ -146,25 +151,53 @@ def test_every_pool_the_dags_use_is_one_the_docs_say_to_create(
     for name, result in loaded.items():
         if name != "pools_missing":
             assert result["dag_warnings"] == [], name
-    assert any("guestdata_api_key_1" in w for w in loaded["pools_missing"]["dag_warnings"])
+    assert any("guestdata_default" in w for w in loaded["pools_missing"]["dag_warnings"])
 
 
-def test_daily_dag_runs_one_independent_task_per_stream_group(
+STREAMS = {
+    "core": ["account", "venues", "guests"],
+    "members": ["members", "member_ledger"],
+    "rewards": ["rewards", "redemptions"],
+    "offers": ["programme", "programme_venues", "tiers", "offers", "offer_stats"],
+    "stats": ["daily_stats", "daily_account_stats"],
+    "refresh": ["guests", "daily_stats", "daily_account_stats"],
+}
+EVERY_STREAM = [stream for group in GROUPS for stream in STREAMS[group]]
+
+
+def test_daily_dag_runs_the_account_in_one_task_by_default(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
     daily = tasks(loaded["defaults"])
+    assert list(daily) == ["all"]
+    task = daily["all"]
+    assert task["operator"] == "airflow.providers.standard.operators.bash.BashOperator"
+    # The base extractor alone: no inheriting extractor, no suffix (a plain run's state id).
+    assert task["bash_command"].endswith(
+        'exec meltano --environment=prod run "${take_over[@]}" --no-install '
+        "tap-guestdata target-postgres guestdata-pg-types:timestamptz"
+    )
+    assert "--state-id-suffix" not in task["bash_command"]
+    assert "--full-refresh" not in task["bash_command"]
+    assert selected_streams(task) == EVERY_STREAM
+    assert task["cwd"] == str(DAGS_FOLDER.parent)
+    assert task["append_env"] is True
+
+
+def test_task_shape_groups_runs_one_independent_task_per_stream_group(
+    loaded: dict[str, dict[str, Any]],
+) -> None:
+    daily = tasks(loaded["groups"])
     assert list(daily) == GROUPS
     for group, task in daily.items():
-        assert task["operator"] == "airflow.providers.standard.operators.bash.BashOperator"
         assert task["upstream"] == [], "groups must be free to run in parallel"
         assert (
             'meltano --environment=prod run "${take_over[@]}" --no-install '
-            f"tap-guestdata--{group} target-postgres "
-            "guestdata-pg-types:timestamptz && status=0 || status=$?"
+            f"--state-id-suffix={group} tap-guestdata target-postgres"
         ) in task["bash_command"]
-        assert "--full-refresh" not in task["bash_command"]
-        assert task["cwd"] == str(DAGS_FOLDER.parent)
-        assert task["append_env"] is True
+        assert selected_streams(task) == STREAMS[group]
+        # Its own Meltano run directory: run/tap-guestdata/ is not shared by the tasks.
+        assert f'own="$shared/tasks/{group}"' in task["bash_command"]
 
 
 def test_weekly_refresh_rereads_guests_and_stats_in_full(
@@ -173,10 +206,10 @@ def test_weekly_refresh_rereads_guests_and_stats_in_full(
     refresh = tasks(loaded["defaults"], REFRESH)
     assert list(refresh) == ["refresh"]
     assert (
-        'meltano --environment=prod run "${take_over[@]}" --no-install --full-refresh '
-        "tap-guestdata--refresh "
-        "target-postgres"
+        'meltano --environment=prod run "${take_over[@]}" --no-install '
+        "--state-id-suffix=refresh --full-refresh tap-guestdata target-postgres"
     ) in refresh["refresh"]["bash_command"]
+    assert selected_streams(refresh["refresh"]) == STREAMS["refresh"]
     assert loaded["defaults"]["dags"][REFRESH]["schedule"] == "0 3 * * 0"
 
 
@@ -203,40 +236,30 @@ def test_tasks_retry_with_exponential_backoff_and_time_out(
         assert task["max_retry_delay"] == 3600
         expected_timeout = 6 * 3600 if task_id == "refresh" else 3 * 3600
         assert task["execution_timeout"] == expected_timeout
-        # The task holds its key's pool slot for the rolling minute after the run (spec 8).
-        assert task["bash_command"].endswith('sleep 60\nexit "$status"')
+        # No cool-down: the shared rate budget counts the rolling minute (spec 8).
+        assert "sleep" not in task["bash_command"]
 
 
-def test_without_configured_keys_all_tasks_share_one_single_slot_pool(
+def test_without_configured_keys_the_tasks_use_meltanos_key_in_the_queues_pool(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
     for task in all_tasks(loaded["defaults"]).values():
-        assert task["pool"] == "guestdata_api_key_1"
-        assert task["pool_slots"] == 1
-        assert task["env"] is None  # the key comes from Meltano's environment config
-        assert "unset TAP_GUESTDATA_API_KEYS" not in task["bash_command"]
+        assert task["pool"] == "guestdata_default"
+        assert key_names(task) is None  # the key comes from Meltano's environment config
+        assert "TAP_GUESTDATA_API_KEY" not in task["env"]
+        assert "TAP_GUESTDATA_RATE_BUDGET_STORE" not in task["env"]  # the tap's default
 
 
 @pytest.mark.parametrize("count", range(1, 6))
-def test_no_two_tasks_can_hold_one_key_at_once(
-    loaded: dict[str, dict[str, Any]], count: int
-) -> None:
-    """Pool <-> key is one-to-one, so a 1-slot pool per key serialises that key's users."""
-    result = loaded[f"keys_{count}"]
-    everything = all_tasks(result)
-    pool_of_key: dict[str, str] = {}
-    key_of_pool: dict[str, str] = {}
-    for index, (task_id, task) in enumerate(everything.items()):
-        key = key_name(task)
-        assert key == KEY_NAMES[index % count], f"{task_id}: round-robin over the keys"
-        assert task["pool_slots"] == 1
-        assert pool_of_key.setdefault(key, task["pool"]) == task["pool"]
-        assert key_of_pool.setdefault(task["pool"], key) == key
-        # The tap must not spread requests over other keys than the one this task holds.
-        assert "unset TAP_GUESTDATA_API_KEYS" in task["bash_command"]
-    assert sorted(key_of_pool) == pools(count)
-    daily_pools = [task["pool"] for task in tasks(result).values()]
-    assert len(set(daily_pools)) == min(count, len(GROUPS)), "as parallel as the keys allow"
+def test_every_task_uses_every_key(loaded: dict[str, dict[str, Any]], count: int) -> None:
+    """The shared budget divides a key between tasks, so no task is held to one key."""
+    for task_id, task in all_tasks(loaded[f"keys_{count}"]).items():
+        assert key_names(task) == KEY_NAMES[:count], task_id
+        assert task["pool"] == "guestdata_default"
+        # No key configured elsewhere (another account's) joins them: api_key is the first.
+        assert task["env"]["TAP_GUESTDATA_API_KEY"] == (
+            f"{{{{ guestdata_api_key({KEY_NAMES[0]!r}) }}}}"
+        )
 
 
 def test_keys_stay_out_of_the_dag_and_out_of_logs(loaded: dict[str, dict[str, Any]]) -> None:
@@ -263,33 +286,31 @@ def test_settings_come_from_variables_then_environment(
     assert dags[DAILY]["schedule"] == "30 4 * * *"  # the Variable, not GUESTDATA_SCHEDULE
     assert dags[REFRESH]["schedule"] is None  # "none": manual runs only
     assert dags[DAILY]["catchup"] is True
-    assert [key_name(task) for task in tasks(result).values()] == [
-        "guestdata_k1",
-        "GUESTDATA_TEST_K2",
-        "guestdata_k1",
-        "GUESTDATA_TEST_K2",
-        "guestdata_k1",
-    ]
-    core = tasks(result)["core"]
-    assert core["retries"] == 0
-    assert core["execution_timeout"] == 15 * 60
-    assert core["queue"] == "meltano"
-    assert core["cwd"] == "/srv/tap-guestdata"
-    # No timestamptz step for a target other than target-postgres; no cool-down when 0.
-    assert core["bash_command"] == (
-        "set -u\nunset TAP_GUESTDATA_API_KEYS\n"
+    task = tasks(result)["all"]
+    assert key_names(task) == ["guestdata_k1", "GUESTDATA_TEST_K2"]
+    assert task["retries"] == 0
+    assert task["execution_timeout"] == 15 * 60
+    assert task["queue"] == "meltano"
+    assert task["pool"] == "guestdata_meltano"
+    assert task["cwd"] == "/srv/tap-guestdata"
+    assert task["env"]["TAP_GUESTDATA_RATE_BUDGET_STORE"] == "redis://broker:6379/3"
+    assert task["env"]["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] == "meltano"  # the queue
+    # No timestamptz step for a target other than target-snowflake; no cool-down (ignored).
+    assert task["bash_command"].endswith(
         'take_over=(); [ "{{ ti.try_number }}" -le 1 ] || take_over=(--force)\n'
-        '/opt/meltano/bin/meltano --environment=dev run "${take_over[@]}" --no-install '
-        "tap-guestdata--core target-snowflake"
-        ' && status=0 || status=$?\nexit "$status"'
+        'exec /opt/meltano/bin/meltano --environment=dev run "${take_over[@]}" --no-install '
+        "tap-guestdata target-snowflake"
     )
 
 
 def test_each_load_task_publishes_the_asset_of_its_group(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
-    for task_id, task in all_tasks(loaded["defaults"]).items():
-        assert task["outlets"] == [f"guestdata_raw_{task_id}"], task_id
+    daily = tasks(loaded["defaults"])
+    assert daily["all"]["outlets"] == [f"guestdata_raw_{group}" for group in GROUPS]
+    assert tasks(loaded["defaults"], REFRESH)["refresh"]["outlets"] == ["guestdata_raw_refresh"]
+    for group, task in tasks(loaded["groups"]).items():
+        assert task["outlets"] == [f"guestdata_raw_{group}"], group
 
 
 def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
@@ -304,56 +325,61 @@ def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
     assert transform["catchup"] is False
     task = transform["tasks"]["dbt_build"]
     assert task["bash_command"] == "meltano --environment=prod run --no-install dbt-postgres:build"
-    assert task["pool"] == "default_pool", "no API calls: no key pool"
+    assert task["pool"] == "default_pool", "no API calls: not in the queue's pool"
     assert task["outlets"] == ["guestdata_models"]
     assert task["append_env"] is True
     assert task["execution_timeout"] == 3600
 
 
-def test_every_account_gets_its_task_group_schema_state_id_and_lane(
+def test_every_account_gets_its_task_group_schema_state_id_and_queue(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
     result = loaded["accounts"]
-    assert result["dag_warnings"] == [], "every lane pool is one docs/airflow.md lists"
+    assert result["dag_warnings"] == [], "every queue pool is one docs/airflow.md lists"
     assert set(result["dags"]) == {
-        DAILY,  # harbour and saltmarsh: the daily schedule
+        DAILY,  # harbour, quay and saltmarsh: the daily schedule
         f"{DAILY}_northgate",  # its own schedule
-        REFRESH,  # harbour and saltmarsh (northgate loads neither guests nor stats)
-        f"{TRANSFORM}_harbour",  # the only account with every group
+        REFRESH,  # harbour, quay and saltmarsh (northgate loads neither guests nor stats)
+        f"{TRANSFORM}_harbour",  # accounts with every group
+        f"{TRANSFORM}_quay",
     }
     daily = tasks(result)
-    assert list(daily) == [f"harbour.{g}" for g in GROUPS] + ["saltmarsh.core", "saltmarsh.stats"]
-    assert list(tasks(result, f"{DAILY}_northgate")) == ["northgate.rewards"]
+    # Large: a task per group; small (or unsized): one task with all its groups.
+    assert list(daily) == [f"harbour.{g}" for g in GROUPS] + ["quay.all", "saltmarsh.all"]
+    assert list(tasks(result, f"{DAILY}_northgate")) == ["northgate.all"]
     assert result["dags"][f"{DAILY}_northgate"]["schedule"] == "0 2 * * *"
-    assert list(tasks(result, REFRESH)) == ["harbour.refresh", "saltmarsh.refresh"]
-    assert result["dags"][DAILY]["max_active_tasks"] == 10, "two queues' lanes all busy at once"
+    assert list(tasks(result, REFRESH)) == ["harbour.refresh", "quay.refresh", "saltmarsh.refresh"]
+    assert result["dags"][DAILY]["max_active_tasks"] == 10, "two queues' pools all busy at once"
     everything = {**daily, **tasks(result, REFRESH), **tasks(result, f"{DAILY}_northgate")}
-    lane_of_key: dict[str, tuple[str, str]] = {}
+    queue_of_account: dict[str, str] = {}
     for task_id, task in everything.items():
         account, group = task_id.split(".")
-        assert f"--state-id-suffix={account} " in task["bash_command"]
-        # Its own Meltano run directory: run/<extractor>/state.json is not shared by accounts.
-        assert f'own="$shared/accounts/{account}"' in task["bash_command"]
+        suffix = account if group == "all" else f"{account}-{group}"
+        assert f"--state-id-suffix={suffix} " in task["bash_command"]
+        assert f'own="$shared/tasks/{suffix}"' in task["bash_command"]
         assert 'export MELTANO_SYS_DIR_ROOT="$own"' in task["bash_command"]
-        assert f"tap-guestdata--{group} target-postgres" in task["bash_command"]
+        assert "tap-guestdata target-postgres" in task["bash_command"]
         schema = "raw_saltmarsh" if account == "saltmarsh" else f"guestdata_{account}"
         assert task["env"]["TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA"] == schema
         assert task["env"].get("TAP_GUESTDATA_BASE_URL") == (
             "https://eu.example/api/v1/customer" if account == "saltmarsh" else None
         )
-        key = key_name(task)
-        assert key.startswith(f"{account}_k")
-        assert task["pool"] in LANE_POOLS and task["pool_slots"] == 1
-        assert task["pool"].startswith(f"guestdata_{task['queue']}_lane_")
-        # One lane per key: every task holding a key queues for the same one-slot pool.
-        assert lane_of_key.setdefault(key, (task["pool"], task["queue"])) == (
-            task["pool"],
-            task["queue"],
-        )
-        assert task["outlets"] == [f"guestdata_raw_{account}_{group}"]
-    # Medium's two heaviest groups (stats, members) on different keys.
-    assert key_name(daily["harbour.stats"]) != key_name(daily["harbour.members"])
-    assert {queue for _, queue in lane_of_key.values()} == {"worker_1", "worker_2"}
+        own_keys = next(a["keys"] for a in ACCOUNTS["accounts"] if a["name"] == account)
+        assert key_names(task) == own_keys, "every key of its account"
+        assert task["pool"] == f"guestdata_{task['queue']}" and task["pool"] in QUEUE_POOLS
+        assert task["env"]["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] == task["queue"]
+        assert queue_of_account.setdefault(account, task["queue"]) == task["queue"]
+        groups = {
+            "harbour": GROUPS,
+            "quay": GROUPS,
+            "saltmarsh": ["core", "stats"],
+            "northgate": ["rewards"],
+        }[account]
+        loaded_groups = groups if group == "all" else [group]
+        assert task["outlets"] == [f"guestdata_raw_{account}_{g}" for g in loaded_groups]
+        streams = [stream for g in loaded_groups for stream in STREAMS[g]]
+        assert selected_streams(task) == streams
+    assert set(queue_of_account.values()) == {"worker_1", "worker_2"}
     transform = result["dags"][f"{TRANSFORM}_harbour"]
     assert transform["asset_condition"] == {
         "any": [

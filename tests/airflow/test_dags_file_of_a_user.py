@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dag_testing import PROJECT_ROOT, inspect_dags
 from support.release import Release, fresh_venv
-from test_dags import ACCOUNTS, DAILY, GROUPS, LANE_POOLS, REFRESH, SCENARIOS, known_pools
+from test_dags import ACCOUNTS, DAILY, QUEUE_POOLS, REFRESH, SCENARIOS, known_pools
 
 pytestmark = pytest.mark.airflow
 
@@ -98,7 +97,7 @@ def test_a_users_dags_file_builds_todays_dags_tasks_and_pools(
     defaults = theirs[list(SCENARIOS).index("defaults")]
     tasks = defaults["dags"][DAILY]["tasks"]
     assert {task["cwd"] for task in tasks.values()} == {USER_PROJECT}
-    assert sorted(defaults["dags"][DAILY]["tasks"]) == sorted(GROUPS)
+    assert sorted(defaults["dags"][DAILY]["tasks"]) == ["all"]
 
 
 def test_without_this_projects_blocks_the_dags_load_and_stop(
@@ -111,13 +110,12 @@ def test_without_this_projects_blocks_the_dags_load_and_stop(
     assert result["import_errors"] == {}
     assert result["dag_warnings"] == []
     assert set(result["dags"]) == {DAILY, REFRESH}
-    for group, task in result["dags"][DAILY]["tasks"].items():
-        assert (
-            'meltano --environment=prod run "${take_over[@]}" --no-install '
-            f"tap-guestdata--{group} target-postgres"
-            " && status=0"
-        ) in task["bash_command"]
-        assert task["pool"] == "guestdata_api_key_1"
+    for task in result["dags"][DAILY]["tasks"].values():
+        assert task["bash_command"].endswith(
+            'exec meltano --environment=prod run "${take_over[@]}" --no-install '
+            "tap-guestdata target-postgres"
+        )
+        assert task["pool"] == "guestdata_default"
 
 
 # build_dags arguments -> the environment variables that give this repository's dags/ the same.
@@ -132,12 +130,12 @@ ARGUMENTS = {
             "GUESTDATA_KEY_COOLDOWN_SECONDS": "0",
             "GUESTDATA_CATCHUP": "true",
         },
-        known_pools(2),
+        known_pools(),
     ),
     "accounts": (
         f"accounts={ACCOUNTS!r}",
         {"GUESTDATA_ACCOUNTS": json.dumps(ACCOUNTS)},
-        ["default_pool", *LANE_POOLS],
+        ["default_pool", *QUEUE_POOLS],
     ),
 }
 
@@ -167,24 +165,21 @@ def test_the_factorys_arguments_are_the_settings_and_variables_still_win(
     for name, mine, users in zip(ARGUMENTS, inspect_dags(airflow_home, ours), results, strict=True):
         assert users["import_errors"] == {} and users["dag_warnings"] == [], name
         assert without_project_root(users) == without_project_root(mine), name
-    command = overridden["dags"][DAILY]["tasks"]["core"]["bash_command"]
+    command = overridden["dags"][DAILY]["tasks"]["all"]["bash_command"]
     assert "meltano --environment=staging run" in command
     (error,) = unrooted["import_errors"].values()
     assert "Meltano project root unknown" in error and "MELTANO_PROJECT_ROOT" in error
 
 
-def test_the_docs_stream_group_extractors_are_meltano_ymls() -> None:
-    """What docs/airflow.md tells a user to add for the DAGs is what this project runs."""
+def test_a_users_project_needs_tap_guestdata_alone() -> None:
+    """The tasks choose their streams (TAP_GUESTDATA__SELECT) and state ids (--state-id-suffix)
+    themselves: the docs ask for no inheriting extractor, and the groups cover the tap's
+    streams exactly once."""
+    from tap_guestdata.airflow.dags import STREAM_GROUPS, streams_of
+    from tap_guestdata.tap import STREAM_TYPES
+
     docs = (PROJECT_ROOT / "docs" / "airflow.md").read_text()
-    blocks = re.findall(r"```yaml\n(.*?)\n *```", docs, re.DOTALL)
-    (snippet,) = [block for block in blocks if "inherit_from: tap-guestdata" in block]
-    project = yaml.safe_load((PROJECT_ROOT / "meltano.yml").read_text())
-    groups = [
-        plugin
-        for plugin in project["plugins"]["extractors"]
-        if plugin.get("inherit_from") == "tap-guestdata"
-    ]
-    assert yaml.safe_load(textwrap.dedent(snippet)) == groups
-    assert [plugin["name"] for plugin in groups] == [
-        f"tap-guestdata--{group}" for group in [*GROUPS, "refresh"]
-    ]
+    assert "inherit_from: tap-guestdata" not in docs
+    grouped = streams_of(list(STREAM_GROUPS))
+    assert sorted(grouped) == sorted(stream.name for stream in STREAM_TYPES)
+    assert len(grouped) == len(set(grouped))
