@@ -37,21 +37,12 @@ sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "sandbox")]
 
 from celery_cluster import DAG_ID, Cluster, Rest  # noqa: E402
 from guestdata_sandbox.accounts import OWNER_KEYS  # noqa: E402
-from guestdata_sandbox.testing import SandboxProcess  # noqa: E402
+from guestdata_sandbox.testing import SandboxProcess, busiest_window  # noqa: E402
 from plan_workers import planned_seconds  # noqa: E402
 from tap_guestdata.airflow.accounts import SIZE_REQUESTS, parse_config, plan_tasks  # noqa: E402
 
 BEFORE = "15acd3c"  # the last commit with one-slot lanes and cool-downs
 PER_KEY, PER_ADDRESS = 120, 600  # spec 8
-
-
-def busiest_window(times: list[float], window: float) -> int:
-    ordered, most, first = sorted(times), 0, 0
-    for last, moment in enumerate(ordered):
-        while moment - ordered[first] >= window:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def limits_report(log: list[dict[str, Any]], window: float) -> dict[str, Any]:

@@ -11,11 +11,12 @@ from the code. `--check` exits 1 if the page is not what this script would write
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from plugin_definition import cli_about  # the tap's own --about, one reader for both files
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "configuration.md"
@@ -23,15 +24,6 @@ MARKER = (
     "<!-- Generated below by scripts/build_docs.py from `tap-guestdata --about --format=json`;"
     " edit above this line only. -->"
 )
-TAP = Path(sys.executable).parent / "tap-guestdata"
-
-
-def cli_about() -> dict[str, Any]:
-    output = subprocess.run(
-        [str(TAP), "--about", "--format=json"], capture_output=True, text=True, check=True
-    ).stdout
-    about: dict[str, Any] = json.loads(output)
-    return about
 
 
 def json_types(schema: Mapping[str, Any]) -> list[str]:

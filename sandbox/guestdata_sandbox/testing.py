@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
@@ -156,3 +157,14 @@ class SandboxProcess:
 
     def reset(self) -> None:
         self._call("POST", "/reset")
+
+
+def busiest_window(times: Iterable[float], window: float) -> int:
+    """The most requests in any rolling window of `window` seconds (spec 8's rolling minute,
+    scaled): what the rate limits say no key or address may exceed."""
+    ordered, most, first = sorted(times), 0, 0
+    for last, moment in enumerate(ordered):
+        while moment - ordered[first] >= window:
+            first += 1
+        most = max(most, last - first + 1)
+    return most

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from guestdata_sandbox.testing import busiest_window
 from tap_guestdata.http.budget import (
     BudgetUnavailable,
     Limits,
@@ -32,15 +33,6 @@ PROCESSES = 3
 TAKES_PER_PROCESS = 40  # 120 in all: at 30 a window, at least four windows' worth
 REDIS_URL = "redis://127.0.0.1:6379/13"  # not the cluster tests' Redis db (11)
 LIMITS = Limits(PER_KEY, PER_ADDRESS, WINDOW_SECONDS, address="test-address")
-
-
-def busiest_window(times: list[float], window: float) -> int:
-    ordered, most, first = sorted(times), 0, 0
-    for last, moment in enumerate(ordered):
-        while moment - ordered[first] >= window:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def open_store(store: str) -> SharedBudget:

@@ -17,10 +17,10 @@ import pytest
 
 import demo_pipeline
 from demo_pipeline import Destination
-from guestdata_sandbox.testing import SandboxProcess
+from guestdata_sandbox.testing import SandboxProcess, busiest_window
 from support.pipeline import MELTANO, PROJECT_ROOT, install_plugins, throwaway_database
 from support.sandbox import OWNER_KEY
-from support.tap_suite import max_in_window, timestamp
+from support.tap_suite import timestamp
 
 TIME_SCALE = 0.05  # the sandbox's minute lasts 3 s
 WINDOW_SECONDS = 60 * TIME_SCALE
@@ -124,7 +124,7 @@ def test_two_runs_sharing_a_key_keep_it_within_its_window_and_both_load_the_trut
     log = limited_sandbox.requests_log()
     statuses = Counter(entry["status"] for entry in log)
     times = [timestamp(entry["time"]) for entry in log if entry["key"] == OWNER_KEY]
-    busiest = max_in_window(times, WINDOW_SECONDS)
+    busiest = busiest_window(times, WINDOW_SECONDS)
     print(f"\n{len(log)} requests in {elapsed:.1f} s; busiest window {busiest}; {statuses}")
     assert statuses[429] == 0, statuses
     assert len(times) > 2 * PER_KEY, "too few requests to reach the key's limit"

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -202,16 +202,6 @@ def table_checks(sandbox: SandboxProcess, cluster: LocalCluster) -> dict[str, st
             if not all(check.matches for check in checks) or not loaded:
                 problems[name] = demo_pipeline.report(checks)
     return problems
-
-
-def busiest_window(times: Iterable[float], window: float) -> int:
-    """The most requests in any rolling window of `window` seconds."""
-    ordered, most, first = sorted(times), 0, 0
-    for last, moment in enumerate(ordered):
-        while moment - ordered[first] >= window:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def requests_by(log: Sequence[Mapping[str, Any]], field_name: str) -> dict[str, list[float]]:

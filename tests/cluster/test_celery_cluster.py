@@ -43,7 +43,6 @@ from cluster_testing import (
     VARIABLES,
     WINDOW_SECONDS,
     LocalCluster,
-    busiest_window,
     ledger_requests,
     requests_by,
     run_dag,
@@ -51,7 +50,7 @@ from cluster_testing import (
     table_checks,
     when,
 )
-from guestdata_sandbox.testing import SandboxProcess
+from guestdata_sandbox.testing import SandboxProcess, busiest_window
 from plan_workers import planned_seconds
 from support.sandbox import last_seq
 from tap_guestdata.http.budget import REDIS_PREFIX, api_origin, key_id

@@ -159,17 +159,6 @@ def requests_for(log: Iterable[Mapping[str, Any]], pattern: re.Pattern[str]) -> 
     return [dict(entry) for entry in log if pattern.match(entry["path"])]
 
 
-def max_in_window(times: Sequence[float], window: float) -> int:
-    """The most requests any half-open interval [t, t + window) holds."""
-    ordered = sorted(times)
-    best, start = 0, 0
-    for end, moment in enumerate(ordered):
-        while ordered[start] <= moment - window:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
-
-
 # ------------------------------------------------------------------------------ runs
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import Counter
 
 from guestdata_sandbox.accounts import OWNER_KEYS
-from guestdata_sandbox.testing import SandboxProcess
+from guestdata_sandbox.testing import SandboxProcess, busiest_window
 from support.sandbox import tap_config
 from support.streams import MEMBER_STREAMS, truth_rows
 from support.tap_process import discover, select_streams
-from support.tap_suite import Sync, max_in_window, stream_problems, sync, timestamp
+from support.tap_suite import Sync, stream_problems, sync, timestamp
 
 TIME_SCALE = 0.05  # the sandbox's minute lasts 3 s
 WINDOW_SECONDS = 60 * TIME_SCALE
@@ -41,7 +41,7 @@ def busiest_windows(result: Sync) -> dict[str, int]:
     times: dict[str, list[float]] = {}
     for entry in result.log:
         times.setdefault(entry["key"], []).append(timestamp(entry["time"]))
-    return {key: max_in_window(moments, WINDOW_SECONDS) for key, moments in times.items()}
+    return {key: busiest_window(moments, WINDOW_SECONDS) for key, moments in times.items()}
 
 
 def test_one_key_never_exceeds_its_limit_and_draws_no_429(fresh_sandbox: SandboxProcess) -> None:
@@ -64,6 +64,6 @@ def test_five_keys_each_stay_under_their_limit_and_share_the_work(
     assert set(windows) == set(OWNER_KEYS), windows
     assert all(count <= PER_KEY for count in windows.values()), windows
     all_times = [timestamp(entry["time"]) for entry in result.log]
-    assert max_in_window(all_times, WINDOW_SECONDS) <= PER_ADDRESS
+    assert busiest_window(all_times, WINDOW_SECONDS) <= PER_ADDRESS
     shares = Counter(entry["key"] for entry in result.log)
     assert min(shares.values()) >= len(result.log) / 10, shares
