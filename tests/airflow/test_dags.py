@@ -154,13 +154,13 @@ def test_every_pool_the_dags_use_is_one_the_docs_say_to_create(
     assert any("guestdata_default" in w for w in loaded["pools_missing"]["dag_warnings"])
 
 
-STREAMS = {
-    "core": ["account", "venues", "guests"],
+STREAMS = {  # read_windows with guests: what each read covered (deletions inside a window)
+    "core": ["account", "venues", "guests", "read_windows"],
     "members": ["members", "member_ledger"],
     "rewards": ["rewards", "redemptions"],
     "offers": ["programme", "programme_venues", "tiers", "offers", "offer_stats"],
     "stats": ["daily_stats", "daily_account_stats"],
-    "refresh": ["guests", "daily_stats", "daily_account_stats"],
+    "refresh": ["guests", "read_windows", "daily_stats", "daily_account_stats"],
 }
 EVERY_STREAM = [stream for group in GROUPS for stream in STREAMS[group]]
 
