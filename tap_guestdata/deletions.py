@@ -114,15 +114,15 @@ def note_row_read(stream: GuestDataStream, row: dict[str, Any]) -> None:
     which ends at the sync start (the window's integrity check in the warehouse). The cursor is
     already UTC text here (post_process), so it compares as a string."""
     cursor = row.get(stream.replication_key or "")
-    if isinstance(cursor, str) and cursor < windows.utc_text(stream.sync_started_at):
+    if isinstance(cursor, str) and cursor < stream.runtime.sync_started_utc:
         stream.rows_read_by_venue.setdefault(row.get("venue_id"), set()).add(row.get("id"))
 
 
 def record_window(stream: GuestDataStream, context: Context | None, scope: ReadScope) -> str | None:
     """After a finished read of a windowed stream: a `read_windows` row per venue it covered.
-    Returns why it recorded nothing (None when it did, or when the stream has no window)."""
+    Returns why it recorded nothing; None when it did."""
     if stream.window is None:
-        return None
+        return "the stream has no window"
     if scope.resumed is not None:
         return "a resumed read: the rows above its resume point were read by the run that stopped"
     if not stream.sibling_selected("read_windows"):
@@ -135,22 +135,22 @@ def record_window(stream: GuestDataStream, context: Context | None, scope: ReadS
     except (FatalAPIError, RetriableAPIError) as error:
         return f"the venues it covered are not known ({error})"
     if venue_ids is None:
-        return None
+        return "its reads are not recorded (no venues it covers)"
     since = stream.window_params(context).get(stream.window.since)
     covers_from = windows.parse_boundary(since) if since else EPOCH
-    completed_at = dt.datetime.now(windows.UTC)
+    started = stream.sync_started_at.isoformat()
+    read = {
+        "stream": stream.name,
+        "read_version": run_version(stream),
+        "read_started_at": started,
+        "covers_from": covers_from.isoformat(),
+        "covers_until": started,  # rows read before the run started: older versions
+        "completed_at": dt.datetime.now(windows.UTC).isoformat(),
+    }
     for venue_id in venue_ids:
+        rows_read = len(stream.rows_read_by_venue.get(venue_id, ()))
         stream.runtime.completed_reads.append(
-            {
-                "stream": stream.name,
-                "venue_id": venue_id,
-                "read_version": run_version(stream),
-                "read_started_at": stream.sync_started_at.isoformat(),
-                "covers_from": covers_from.isoformat(),
-                "covers_until": stream.sync_started_at.isoformat(),
-                "rows_read": len(stream.rows_read_by_venue.get(venue_id, ())),
-                "completed_at": completed_at.isoformat(),
-            }
+            {**read, "venue_id": venue_id, "rows_read": rows_read}
         )
     stream.logger.info(
         "Deletions: %s: every row from %s to %s was read for %d venues (read_windows): rows "
@@ -175,14 +175,11 @@ def follow(stream: GuestDataStream, context: Context | None, scope: ReadScope) -
     """After a finished read: ACTIVATE_VERSION if it covered the whole history (as
     `before_read` said), and the window it read (read_windows); one line saying why when
     neither was possible."""
-    unread = scope.unread
-    if unread is None:
+    if scope.unread is None:
         activate(stream)
     not_recorded = record_window(stream, context, scope)
-    if unread is not None and not_recorded is not None:
-        not_checked(stream, f"{unread}; inside the window: {not_recorded}")
-    elif unread is not None and stream.window is None:
-        not_checked(stream, unread)
+    if scope.unread is not None and not_recorded is not None:
+        not_checked(stream, f"{scope.unread}; inside the window: {not_recorded}")
 
 
 def activate(stream: GuestDataStream) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import requests
 
+from tap_guestdata import windows
 from tap_guestdata.authenticator import KeyPoolAdapter, KeyPoolAuthenticator
 from tap_guestdata.http.budget import (
     FALLBACK_WARNING,
@@ -117,6 +118,8 @@ class Runtime:
         self.settings = settings
         self.logger = logger
         self.sync_started_at = sync_started_at
+        # As bookmarks are rendered, for string comparison with each row's cursor (deletions.py).
+        self.sync_started_utc = windows.utc_text(sync_started_at)
         self.keys = KeyPool(
             list(settings.keys),
             settings.requests_per_minute,

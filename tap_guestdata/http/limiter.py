@@ -46,17 +46,22 @@ class KeyLimiter:
     shared_full_until: float = 0.0  # the shared budget said: no slot for this key before then
     shared_id: str = ""  # the key's name in the shared store (a hash: never the key itself)
 
+    @property
+    def blocked_until(self) -> float:
+        """Until when this key sends nothing: a 429's Retry-After, or a full shared budget."""
+        return max(self.paused_until, self.shared_full_until)
+
     def free_slots(self, now: float) -> int:
         while self.answered and self.answered[0] + self.window + SAFETY_SECONDS <= now:
             self.answered.popleft()
-        if now < max(self.paused_until, self.shared_full_until):
+        if now < self.blocked_until:
             return 0
         return self.limit - len(self.answered) - self.in_flight
 
     def next_change(self, now: float) -> float:
         """When this key may next gain a slot without an answer arriving."""
-        if now < max(self.paused_until, self.shared_full_until):
-            return max(self.paused_until, self.shared_full_until)
+        if now < self.blocked_until:
+            return self.blocked_until
         if self.answered:
             return self.answered[0] + self.window + SAFETY_SECONDS
         return float("inf")
