@@ -33,14 +33,27 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.providers.standard.operators.bash import BashOperator
-from airflow.sdk import DAG, Asset, AssetAll, TaskGroup, Variable
+from airflow.sdk import (
+    DAG,
+    Asset,
+    AssetAll,
+    CronDataIntervalTimetable,
+    Param,
+    TaskGroup,
+    Variable,
+    task,
+    task_group,
+)
 from airflow.sdk.log import mask_secret
+from jinja2 import pass_context
+from jinja2.runtime import Context
 
 from tap_guestdata.airflow.accounts import (
     DEFAULT_QUEUE,
@@ -55,6 +68,7 @@ from tap_guestdata.airflow.accounts import (
     queue_pool,
 )
 from tap_guestdata.airflow.config import PipelineConfig, settings_reader
+from tap_guestdata.airflow.reload import SKIP_EXIT_CODE, reload_lines
 
 DAG_ID = "guestdata_meltano"
 REFRESH_DAG_ID = "guestdata_meltano_weekly_refresh"
@@ -124,32 +138,48 @@ def api_keys(names: Sequence[str]) -> str:
 
 def meltano_command(
     config: PipelineConfig,
+    streams: Sequence[str],
     *,
-    run_label: str,
     full_refresh: bool,
     state_id_suffix: str | None,
+    reloadable: bool,
 ) -> str:
-    run = [
-        config.meltano_bin,
-        f"--environment={config.environment}",
-        "run",
+    """The task's shell script: `meltano run` of `streams` under the task's state id.
+
+    A reloadable task (a daily one) asks `reload.reload_lines` at render time whether its run
+    re-reads a period (a backfill run): those lines then set the window, the streams and a state
+    id of the run's own, so the daily bookmarks never move (docs/airflow.md, "Re-loading a
+    period").
+    """
+    options = ["--no-install"]  # see below
+    if state_id_suffix:
+        options.append('"--state-id-suffix=$suffix"')
+    if full_refresh:
+        options.append("--full-refresh")
+    selection = json.dumps([f"{stream}.*" for stream in streams])
+    lines = [
+        "set -u",
+        # One task's state id must not meet another's: `<env>:tap-guestdata-to-<target>:<suffix>`.
+        f"suffix={shlex.quote(state_id_suffix or '')}",
         # Plugins are installed when the worker is deployed: parallel tasks on one machine must
         # not race to install into the shared plugin virtualenvs.
-        "--no-install",
-        # One task's state id must not meet another's: `<env>:tap-guestdata-to-<target>:<suffix>`.
-        *([f"--state-id-suffix={state_id_suffix}"] if state_id_suffix else []),
-        *(["--full-refresh"] if full_refresh else []),
-        EXTRACTOR,
-        config.target,
-        *config.after_load,
+        f"run=({' '.join(options)})",
+        # The task's streams, by Meltano's select extra (a project needs tap-guestdata alone).
+        f"export TAP_GUESTDATA__SELECT={shlex.quote(selection)}",
     ]
-    lines = ["set -u", *own_run_directory(run_label)]
+    if reloadable:
+        lines.append(
+            "{{ guestdata_reload(dag_run.run_type, data_interval_start, data_interval_end, "
+            f"params, {list(streams)!r}) }}}}"
+        )
+    lines += own_run_directory("${suffix:-default}")
     # A retry follows a try Airflow has given up on (it failed, or its worker was lost and the
     # heartbeat timed out). Meltano holds a lost try's job as running for 5 minutes after its
     # last heartbeat and refuses the state id until then; the retry takes it over.
     lines.append('take_over=(); [ "{{ ti.try_number }}" -le 1 ] || take_over=(--force)')
-    head, tail = shlex.join(run[:3]), shlex.join(run[3:])
-    lines.append(f'exec {head} "${{take_over[@]}}" {tail}')
+    head = shlex.join([config.meltano_bin, f"--environment={config.environment}", "run"])
+    tail = shlex.join([EXTRACTOR, config.target, *config.after_load])
+    lines.append(f'exec {head} "${{take_over[@]}}" "${{run[@]}}" {tail}')
     return "\n".join(lines)
 
 
@@ -181,6 +211,42 @@ def schema_variable(target: str) -> str:
     return f"{target.upper().replace('-', '_')}_DEFAULT_TARGET_SCHEMA"
 
 
+def load_env(
+    config: PipelineConfig, keys: Sequence[str] | str | None, queue: str | None
+) -> dict[str, str]:
+    """A load task's environment: its keys (templates rendered on the worker), the budget's
+    store and address. The streams are chosen in its command.
+
+    `keys`: the names of the Variables holding them, or (an account's mapped task) a Jinja
+    expression naming the account, whose keys the account macros find.
+    """
+    env: dict[str, str] = {}
+    if isinstance(keys, str):
+        env["TAP_GUESTDATA_API_KEYS"] = f"{{{{ guestdata_account_keys({keys}) }}}}"
+        env["TAP_GUESTDATA_API_KEY"] = f"{{{{ guestdata_account_key({keys}) }}}}"
+    elif keys:
+        # Rendered on the worker by `api_keys` (masked); the DAG file holds only the names.
+        env["TAP_GUESTDATA_API_KEYS"] = f"{{{{ guestdata_api_keys({list(keys)!r}) }}}}"
+        # The tap adds api_key to api_keys: set it to one of these, so no key configured for
+        # the project or the worker (another account's) joins them.
+        env["TAP_GUESTDATA_API_KEY"] = f"{{{{ guestdata_api_key({keys[0]!r}) }}}}"
+    if config.rate_budget_store:
+        env["TAP_GUESTDATA_RATE_BUDGET_STORE"] = config.rate_budget_store
+    if queue:
+        # spec 8: 600 a minute per address; a queue is served by the workers of one address.
+        env["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] = queue
+    return env
+
+
+def retry_arguments(config: PipelineConfig) -> dict[str, Any]:
+    return {
+        "retries": config.retries,
+        "retry_delay": config.retry_delay,
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": config.max_retry_delay,
+    }
+
+
 def meltano_task(
     config: PipelineConfig,
     task_id: str,
@@ -191,47 +257,32 @@ def meltano_task(
     timeout: timedelta,
     state_id_suffix: str | None,
     outlets: list[Asset],
-    account: Account | None = None,
-    queue: str | None = None,
 ) -> BashOperator:
-    env: dict[str, str] = {"TAP_GUESTDATA__SELECT": select_patterns(groups)}
-    if keys:
-        # Rendered on the worker by `api_keys` (masked); the DAG file holds only the names.
-        env["TAP_GUESTDATA_API_KEYS"] = f"{{{{ guestdata_api_keys({list(keys)!r}) }}}}"
-        # The tap adds api_key to api_keys: set it to one of these, so no key configured for
-        # the project or the worker (another account's) joins them.
-        env["TAP_GUESTDATA_API_KEY"] = f"{{{{ guestdata_api_key({keys[0]!r}) }}}}"
-    if config.rate_budget_store:
-        env["TAP_GUESTDATA_RATE_BUDGET_STORE"] = config.rate_budget_store
-    queue = queue or config.queue
-    if queue:
-        # spec 8: 600 a minute per address; a queue is served by the workers of one address.
-        env["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] = queue
-    if account is not None:
-        env[schema_variable(config.target)] = account.schema
-        if account.base_url:
-            env["TAP_GUESTDATA_BASE_URL"] = account.base_url
-    where = f"account `{account.name}`, " if account else ""
-    pool = queue_pool(queue or DEFAULT_QUEUE)
+    """A load task of the single-account DAGs."""
+    pool = queue_pool(config.queue or DEFAULT_QUEUE)
+    streams = streams_of(groups)
     return BashOperator(
         task_id=task_id,
         bash_command=meltano_command(
             config,
-            run_label=state_id_suffix or "default",
+            streams,
             full_refresh=full_refresh,
             state_id_suffix=state_id_suffix,
+            reloadable=not full_refresh,
         ),
         cwd=config.project_root,
-        env=env,
+        env=load_env(config, keys, config.queue),
         append_env=True,  # PATH, MELTANO_DATABASE_URI, TARGET_POSTGRES_* from the worker
-        skip_on_exit_code=None,  # every non-zero exit is a failure (meltano never means "skip")
+        # Only a reload with nothing of this task's streams to read says "skip" (reload.py);
+        # every other non-zero exit is a failure (meltano never means "skip").
+        skip_on_exit_code=SKIP_EXIT_CODE,
         pool=pool,
         execution_timeout=timeout,
         # Published only when the task succeeds: the transform DAG is scheduled on these.
         outlets=outlets,
-        doc_md=f"`meltano run {EXTRACTOR} {config.target}`: {', '.join(streams_of(groups))}. "
-        f"{where}Keys: {', '.join(keys) or 'from Meltano config'}; pool `{pool}`.",
-        **queue_argument(queue),
+        doc_md=f"`meltano run {EXTRACTOR} {config.target}`: {', '.join(streams)}. "
+        f"Keys: {', '.join(keys) or 'from Meltano config'}; pool `{pool}`.",
+        **queue_argument(config.queue),
     )
 
 
@@ -240,31 +291,31 @@ def queue_argument(queue: str | None) -> dict[str, Any]:
     return {"queue": queue} if queue else {}
 
 
-def transform_task(config: PipelineConfig, account: Account | None = None) -> BashOperator:
-    """`meltano run dbt-postgres:build`: no API calls, so no key and no key pool."""
+def build_command(config: PipelineConfig) -> str:
+    """`meltano run dbt-postgres:build` (or the configured transform blocks)."""
     run = [config.meltano_bin, f"--environment={config.environment}", "run", "--no-install"]
-    env = None
-    if account is not None:
-        env = {
-            # The models go next to the account's raw schema: <schema>_analytics.
-            schema_variable(config.target): account.schema,
-            # Builds of two accounts at once must not share dbt's target/ and logs/.
-            "DBT_TARGET_PATH": f"target/accounts/{account.name}",
-            "DBT_LOG_PATH": f"logs/accounts/{account.name}",
-        }
+    return shlex.join([*run, *config.transform])
+
+
+def transform_task(config: PipelineConfig) -> BashOperator:
+    """The single-account models' build: no API calls, so no key and no key pool."""
     return BashOperator(
         task_id="dbt_build",
-        bash_command=shlex.join([*run, *config.transform]),
+        bash_command=build_command(config),
         cwd=config.project_root,
-        env=env,
         append_env=True,  # TARGET_POSTGRES_* from the worker: the same database as the loads
         skip_on_exit_code=None,
         execution_timeout=config.transform_timeout,
-        outlets=[models_asset(account.name) if account else MODELS_ASSET],
-        doc_md="`dbt build` of transform/: staging, marts, and the reconciliation tests "
-        "(an error-severity failure fails the task; warnings are in its log).",
+        outlets=[MODELS_ASSET],
+        doc_md=BUILD_DOC,
         **queue_argument(config.queue),
     )
+
+
+BUILD_DOC = (
+    "`dbt build` of transform/: staging, marts, and the reconciliation tests "
+    "(an error-severity failure fails the task; warnings are in its log)."
+)
 
 
 def common_arguments(config: PipelineConfig) -> dict[str, Any]:
@@ -272,19 +323,49 @@ def common_arguments(config: PipelineConfig) -> dict[str, Any]:
         "start_date": datetime(2026, 1, 1, tzinfo=timezone.utc),
         # Meltano state drives increments, so missed intervals need no runs of their own.
         "catchup": config.catchup,
-        # Two runs of one group at once would race on its state id.
+        # Two daily runs at once would race on a state id. Backfill runs do not count against
+        # this (Airflow counts them against the backfill's own max_active_runs), and each
+        # reloads under a state id of its own.
         "max_active_runs": 1,
         "dagrun_timeout": timedelta(hours=20),
-        "default_args": {
-            "owner": "data-engineering",
-            "retries": config.retries,
-            "retry_delay": config.retry_delay,
-            "retry_exponential_backoff": 2.0,
-            "max_retry_delay": config.max_retry_delay,
+        "default_args": {"owner": "data-engineering", **retry_arguments(config)},
+        "user_defined_macros": {
+            "guestdata_api_key": api_key,
+            "guestdata_api_keys": api_keys,
+            "guestdata_reload": reload_lines,
         },
-        "user_defined_macros": {"guestdata_api_key": api_key, "guestdata_api_keys": api_keys},
         "tags": ["guestdata", "meltano"],
     }
+
+
+def daily_arguments(config: PipelineConfig, schedule: str | None) -> dict[str, Any]:
+    """A daily DAG's schedule with real data intervals (a backfill run reloads its own) and
+    the params a run may reload with."""
+    return {
+        "schedule": interval_timetable(schedule),
+        "params": {
+            "reload": Param(
+                False,
+                type="boolean",
+                description="Re-read this run's data interval (backfill runs always do), "
+                "under a state id of its own: the daily bookmarks do not move.",
+            ),
+            "reload_streams": Param(
+                [],
+                type="array",
+                description="What a reload re-reads: stream groups (core, members, rewards, "
+                "stats) or windowed streams; empty: every windowed stream.",
+            ),
+        },
+    }
+
+
+def interval_timetable(schedule: str | None) -> CronDataIntervalTimetable | None:
+    """The cron schedule with real data intervals (a run at 05:00 covers the 24 hours before):
+    Airflow's default for a cron string, CronTriggerTimetable, has empty intervals."""
+    if schedule is None:
+        return None
+    return CronDataIntervalTimetable(schedule, timezone="UTC")
 
 
 def single_account_dags(config: PipelineConfig) -> list[DAG]:
@@ -292,9 +373,9 @@ def single_account_dags(config: PipelineConfig) -> list[DAG]:
     keys = config.api_key_variables
     with DAG(
         DAG_ID,
-        schedule=config.schedule,
         description="Guest Data API to the warehouse: one Meltano run (or one per stream group)",
         doc_md=__doc__,
+        **daily_arguments(config, config.schedule),
         **common,
     ) as incremental:
         if config.task_shape == "groups":
@@ -349,77 +430,256 @@ def single_account_dags(config: PipelineConfig) -> list[DAG]:
     return [incremental, refresh, transform]
 
 
+# --- Many accounts: one mapped task per account, planned at run time ---------------------------
+#
+# Parsing builds a fixed number of tasks whatever the number of accounts: per schedule, a DAG;
+# in it, per queue, a `plan` task and a task group mapped over the accounts it returns (`load`,
+# then `dbt_build`). Each account is a map index labelled with its name: its failure and its
+# retries are its own. The worker re-parses the DAG file when it runs a task, so `plan` and the
+# commands read the accounts configuration as it is at run time.
+
+
+class AccountOperator(BashOperator):
+    """A BashOperator of one account of a mapped task group: `account` (mapped) names it to
+    the templates, as `task.account`, which is why it is rendered first. Values mapped from
+    XCom are never rendered, so the commands and keys come from macros given the name."""
+
+    template_fields = ("account", *BashOperator.template_fields)
+
+    def __init__(self, *, account: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.account = account
+
+
+ACCOUNT_NAME = "task.account"  # the Jinja expression of a mapped task's account
+ACCOUNT_LABEL = f"{{{{ {ACCOUNT_NAME} }}}}"  # map_index_template: the account's name
+
+
 def state_id_suffix(spec: TaskSpec) -> str:
     """`<account>` for a whole-account task, `<account>-<group>` for a group or the refresh."""
     return spec.account if spec.group == WHOLE_ACCOUNT else f"{spec.account}-{spec.group}"
 
 
-def account_tasks(
-    config: PipelineConfig, account: Account, specs: list[TaskSpec], *, refresh: bool
+def account_script(
+    config: PipelineConfig, account: Account, specs: Sequence[TaskSpec], *, refresh: bool
+) -> str:
+    """An account's load: its schema and base URL, then one `meltano run`, or for an account
+    split by group (a large first sync) one per group side by side; the task fails if any
+    fails, and its retry re-runs each group from that group's own state."""
+    exports = {schema_variable(config.target): account.schema}
+    if account.base_url:
+        exports["TAP_GUESTDATA_BASE_URL"] = account.base_url
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
+    scripts = [
+        meltano_command(
+            config,
+            streams_of(spec.groups),
+            full_refresh=refresh,
+            state_id_suffix=state_id_suffix(spec),
+            reloadable=not refresh,
+        )
+        for spec in specs
+    ]
+    if len(scripts) == 1:
+        return "\n".join([*lines, scripts[0]])
+    lines.append("pids=()")
+    lines += [f"(\n{script}\n) &\npids+=($!)" for script in scripts]
+    lines += [
+        "failed=0 skipped=0",
+        'for pid in "${pids[@]}"; do',
+        f'  wait "$pid" && continue; case $? in {SKIP_EXIT_CODE}) skipped=$((skipped + 1)) ;;'
+        " *) failed=1 ;; esac",
+        "done",
+        f'[ "$failed" = 0 ] && [ "$skipped" = "${{#pids[@]}}" ] && exit {SKIP_EXIT_CODE}',
+        'exit "$failed"',
+    ]
+    return "\n".join(lines)
+
+
+def account_build_script(config: PipelineConfig, account: Account) -> str:
+    """The account's models (next to its raw schema: <schema>_analytics), with dbt's target/
+    and logs/ of its own; skipped for an account without every group (the models need them)."""
+    if set(account.groups) != set(GROUPS):
+        return f"echo 'the models need every stream group'; exit {SKIP_EXIT_CODE}"
+    exports = {
+        schema_variable(config.target): account.schema,
+        "DBT_TARGET_PATH": f"target/accounts/{account.name}",
+        "DBT_LOG_PATH": f"logs/accounts/{account.name}",
+    }
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
+    return "\n".join([*lines, build_command(config)])
+
+
+class AccountsPlan:
+    """The accounts configuration as the DAGs use it: at parse time the schedules and queues
+    (a DAG per schedule, a task group per queue), at run time each account's tasks."""
+
+    def __init__(self, config: PipelineConfig, accounts: AccountsConfig) -> None:
+        self.config = config
+        self.accounts = {account.name: account for account in accounts.accounts}
+        self.specs = plan_tasks(accounts)
+        self.queue_order = accounts.queues
+
+    def specs_of(self, name: str, *, refresh: bool) -> list[TaskSpec]:
+        return [
+            spec
+            for spec in self.specs
+            if spec.account == name and (spec.group == REFRESH_GROUP) == refresh
+        ]
+
+    def names(self, schedule: str | None, queue: str, *, refresh: bool) -> list[str]:
+        """The accounts of `schedule` (refresh: every account with a refresh) on `queue`."""
+        return [
+            name
+            for name, account in self.accounts.items()
+            if (specs := self.specs_of(name, refresh=refresh))
+            and specs[0].queue == queue
+            and (refresh or schedule_key(account.schedule) == schedule)
+        ]
+
+    def queues(self, schedule: str | None, *, refresh: bool) -> list[str]:
+        """The queues with accounts of `schedule` (refresh: with a refresh), in queue order."""
+        used = {
+            spec.queue
+            for spec in self.specs
+            if (spec.group == REFRESH_GROUP) == refresh
+            and (refresh or schedule_key(self.accounts[spec.account].schedule) == schedule)
+        }
+        return [queue for queue in self.queue_order if queue in used]
+
+    def account(self, name: str) -> Account:
+        try:
+            return self.accounts[name]
+        except KeyError:
+            raise ValueError(f"account {name!r} is no longer in the accounts setting") from None
+
+    def macros(self) -> dict[str, Any]:
+        """Template macros of the accounts' tasks, by account name (run on the worker)."""
+
+        @pass_context
+        def load_script(context: Context, name: str) -> str:
+            return self.script(context, name, refresh=False)
+
+        @pass_context
+        def refresh_script(context: Context, name: str) -> str:
+            return self.script(context, name, refresh=True)
+
+        return {
+            "guestdata_account_keys": lambda name: api_keys(self.account(name).key_variables),
+            "guestdata_account_key": lambda name: api_key(self.account(name).key_variables[0]),
+            "guestdata_load_script": load_script,
+            "guestdata_refresh_script": refresh_script,
+            "guestdata_build_script": lambda name: account_build_script(
+                self.config, self.account(name)
+            ),
+        }
+
+    def script(self, context: Context, name: str, *, refresh: bool) -> str:
+        """The account's load script, rendered in the task's own template context (it holds
+        templates of its own: the reload lines, the try number)."""
+        specs = self.specs_of(name, refresh=refresh)
+        script = account_script(self.config, self.account(name), specs, refresh=refresh)
+        return context.environment.from_string(script).render(context.get_all())
+
+
+def schedule_key(schedule: str | None) -> str | None:
+    """An account's own schedule ("none": manual runs only), None for the daily one."""
+    return None if schedule is None else schedule.strip()
+
+
+def queue_name(queue: str) -> str | None:
+    return None if queue == DEFAULT_QUEUE else queue
+
+
+def schedule_dag_id(schedule: str) -> str:
+    """`guestdata_meltano_at_<schedule>`: `0 2 * * *` gives `..._at_0_2_x_x_x`."""
+    slug = re.sub(r"[^a-z0-9]+", "_", schedule.lower().replace("*", "x")).strip("_")
+    return f"{DAG_ID}_at_{slug}"
+
+
+def account_groups(
+    plan: AccountsPlan, schedule: str | None, *, refresh: bool, timeout: timedelta
 ) -> None:
-    """The account's task group: its daily task(s), or its refresh, on the account's queue."""
-    with TaskGroup(account.name, tooltip=f"account {account.name}: schema {account.schema}"):
-        for spec in specs:
-            if (spec.group == REFRESH_GROUP) != refresh:
-                continue
-            meltano_task(
-                config,
-                spec.group,
-                spec.groups,
-                keys=account.key_variables,
-                full_refresh=refresh,
-                timeout=config.refresh_timeout if refresh else config.task_timeout,
-                state_id_suffix=state_id_suffix(spec),
-                outlets=[raw_asset(f"{account.name}/{group}") for group in spec.groups],
-                account=account,
-                queue=None if spec.queue == DEFAULT_QUEUE else spec.queue,
+    """Per queue with accounts of `schedule`, its task group (`queue_group`)."""
+    for queue in plan.queues(schedule, refresh=refresh):
+        queue_group(plan, queue, schedule, refresh=refresh, timeout=timeout)
+
+
+def queue_group(
+    plan: AccountsPlan, queue: str, schedule: str | None, *, refresh: bool, timeout: timedelta
+) -> None:
+    """The queue's `plan` task and the task group mapped over the accounts it returns."""
+    config = plan.config
+    script = "guestdata_refresh_script" if refresh else "guestdata_load_script"
+    with TaskGroup(queue, tooltip=f"the accounts on queue {queue}"):
+
+        @task(task_id="plan", **queue_argument(config.queue))
+        def accounts_of(schedule: str | None, queue: str, refresh: bool) -> list[str]:
+            """This queue's accounts, from the configuration the worker just parsed."""
+            return plan.names(schedule, queue, refresh=refresh)
+
+        @task_group(group_id="account")
+        def account(name: str) -> None:
+            load = AccountOperator(
+                task_id="load",
+                account=name,
+                bash_command=f"{{{{ {script}({ACCOUNT_NAME}) }}}}",
+                env=load_env(config, ACCOUNT_NAME, queue_name(queue)),
+                cwd=config.project_root,
+                append_env=True,  # PATH, MELTANO_DATABASE_URI, TARGET_POSTGRES_* of the worker
+                skip_on_exit_code=SKIP_EXIT_CODE,
+                pool=queue_pool(queue),
+                execution_timeout=timeout,
+                map_index_template=ACCOUNT_LABEL,
+                doc_md=f"`meltano run {EXTRACTOR} {config.target}` of one account: its "
+                "stream groups, every key of the account; pool of its queue.",
+                **queue_argument(queue_name(queue)),
             )
+            if not config.transform:
+                return
+            build = AccountOperator(
+                task_id="dbt_build",
+                account=name,
+                bash_command=f"{{{{ guestdata_build_script({ACCOUNT_NAME}) }}}}",
+                cwd=config.project_root,
+                append_env=True,  # TARGET_POSTGRES_* from the worker
+                skip_on_exit_code=SKIP_EXIT_CODE,
+                execution_timeout=config.transform_timeout,
+                outlets=[MODELS_ASSET],
+                map_index_template=ACCOUNT_LABEL,
+                doc_md=BUILD_DOC,
+                **queue_argument(config.queue),
+            )
+            load >> build
+
+        account.expand(name=accounts_of(schedule, queue, refresh))
 
 
 def account_dags(config: PipelineConfig, accounts: AccountsConfig) -> list[DAG]:
-    """Many accounts: the daily DAG holds a task group per account on the daily schedule; an
-    account with its own schedule gets `guestdata_meltano_<name>`; the weekly refresh holds a
-    group per account; each account that loads every group gets `guestdata_transform_<name>`.
-    Every task runs on its account's queue, in the queue's pool: see accounts.py."""
-    specs = plan_tasks(accounts)
-    by_account = {
-        account.name: [s for s in specs if s.account == account.name]
-        for account in accounts.accounts
-    }
+    """Many accounts: the daily DAG holds every account on the daily schedule; accounts with
+    a schedule of their own share a DAG per schedule (`guestdata_meltano_at_<schedule>`); the
+    weekly refresh holds every account that reads guests or stats. Every account's load runs on
+    its queue, in the queue's pool (accounts.py), and its models build after it."""
+    plan = AccountsPlan(config, accounts)
+    common = common_arguments(config)
+    common["user_defined_macros"] = {**common["user_defined_macros"], **plan.macros()}
     # Every queue's pool busy at once (Airflow's default cap is 16 running tasks per DAG).
-    common = {
-        **common_arguments(config),
-        "max_active_tasks": TASKS_PER_QUEUE * len(accounts.queues),
-    }
+    common["max_active_tasks"] = TASKS_PER_QUEUE * len(accounts.queues)
+    schedules = list(dict.fromkeys(schedule_key(a.schedule) for a in accounts.accounts))
     dags: list[DAG] = []
-    shared = [a for a in accounts.accounts if a.schedule is None]
-    with DAG(
-        DAG_ID,
-        schedule=config.schedule,
-        description="Guest Data API to the warehouse: every account, one Meltano run per group",
-        doc_md=__doc__,
-        **common,
-    ) as daily:
-        for account in shared:
-            account_tasks(config, account, by_account[account.name], refresh=False)
-    if shared:
-        dags.append(daily)
-    for account in accounts.accounts:
-        if account.schedule is None:
-            continue
+    for schedule in schedules:
+        own = None if schedule is None or schedule.lower() == "none" else schedule
         with DAG(
-            f"{DAG_ID}_{account.name}",
-            schedule=None if account.schedule.lower() == "none" else account.schedule,
-            description=f"Guest Data API to the warehouse: account {account.name}",
+            DAG_ID if schedule is None else schedule_dag_id(schedule),
+            description="Guest Data API to the warehouse: one mapped task per account"
+            + ("" if schedule is None else f", the accounts scheduled {schedule}"),
             doc_md=__doc__,
+            **daily_arguments(config, config.schedule if schedule is None else own),
             **common,
-        ) as own:
-            account_tasks(config, account, by_account[account.name], refresh=False)
-        dags.append(own)
-    refreshed = [
-        a for a in accounts.accounts if any(s.group == REFRESH_GROUP for s in by_account[a.name])
-    ]
-    if refreshed:
+        ) as daily:
+            account_groups(plan, schedule, refresh=False, timeout=config.task_timeout)
+        dags.append(daily)
+    if any(spec.group == REFRESH_GROUP for spec in plan.specs):
         with DAG(
             REFRESH_DAG_ID,
             schedule=config.refresh_schedule,
@@ -427,23 +687,8 @@ def account_dags(config: PipelineConfig, accounts: AccountsConfig) -> list[DAG]:
             doc_md=__doc__,
             **common,
         ) as refresh:
-            for account in refreshed:
-                account_tasks(config, account, by_account[account.name], refresh=True)
+            account_groups(plan, None, refresh=True, timeout=config.refresh_timeout)
         dags.append(refresh)
-    for account in accounts.accounts:
-        if not config.transform or set(account.groups) != set(GROUPS):
-            continue  # the models need every group's tables
-        loaded = AssetAll(*(raw_asset(f"{account.name}/{group}") for group in GROUPS))
-        schedule = loaded | raw_asset(f"{account.name}/{REFRESH_GROUP}")
-        with DAG(
-            f"{TRANSFORM_DAG_ID}_{account.name}",
-            schedule=schedule,
-            description=f"dbt build of account {account.name}'s models once its loads are in",
-            doc_md=__doc__,
-            **{**common, "tags": ["guestdata", "meltano", "dbt"]},
-        ) as transform:
-            transform_task(config, account)
-        dags.append(transform)
     return dags
 
 

@@ -95,9 +95,13 @@ class Airflow:
             pytest.fail(f"{' '.join(args)} exited {result.returncode}; log {log}:\n{tail}")
         return result
 
-    def dag_test(self, dag_id: str, *, check: bool = True) -> dict[str, Any]:
-        """`dag.test()` of `dag_id`; unless `check` is False, a failed run fails the test."""
-        self.run(str(HERE / "run_dag.py"), dag_id, timeout=600, check=check)
+    def dag_test(
+        self, dag_id: str, *, check: bool = True, run: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """`dag.test()` of `dag_id` (`run`: its logical_date and conf, see run_dag.py); unless
+        `check` is False, a failed run fails the test."""
+        arguments = [json.dumps(dict(run))] if run else []
+        self.run(str(HERE / "run_dag.py"), dag_id, *arguments, timeout=600, check=check)
         return json.loads(self.logs[-1].read_text().strip().splitlines()[-1])
 
     def output(self) -> str:
