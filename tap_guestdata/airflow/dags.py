@@ -484,13 +484,13 @@ def account_script(
         return "\n".join([*lines, scripts[0]])
     lines.append("pids=()")
     lines += [f"(\n{script}\n) &\npids+=($!)" for script in scripts]
-    lines += [
+    lines += [  # (no `${#...}`: the script is a Jinja template, where `{#` opens a comment)
         "failed=0 skipped=0",
         'for pid in "${pids[@]}"; do',
         f'  wait "$pid" && continue; case $? in {SKIP_EXIT_CODE}) skipped=$((skipped + 1)) ;;'
         " *) failed=1 ;; esac",
         "done",
-        f'[ "$failed" = 0 ] && [ "$skipped" = "${{#pids[@]}}" ] && exit {SKIP_EXIT_CODE}',
+        f'[ "$failed" = 0 ] && [ "$skipped" = {len(scripts)} ] && exit {SKIP_EXIT_CODE}',
         'exit "$failed"',
     ]
     return "\n".join(lines)

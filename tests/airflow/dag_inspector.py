@@ -36,9 +36,60 @@ def asset_condition(condition: Any) -> Any:
     return condition.name
 
 
+RELOAD_RUN = {  # a backfill run of one day: what the commands render for it
+    "run_type": "backfill",
+    "data_interval_start": "2026-10-01T05:00:00+00:00",
+    "data_interval_end": "2026-10-02T05:00:00+00:00",
+}
+
+
+def render(dag: Any, template: str, account: str, run: dict[str, Any] | None = None) -> str:
+    """A mapped task's command for `account`, rendered as the worker would (a daily run, or
+    `run`); keys are not rendered (no Variables here)."""
+    from datetime import datetime
+    from types import SimpleNamespace
+
+    run = run or {"run_type": "scheduled"}
+    environment = dag.get_template_env()
+    environment.globals.update(dag.user_defined_macros)
+    interval = {
+        name: datetime.fromisoformat(run[name]) if name in run else None
+        for name in ("data_interval_start", "data_interval_end")
+    }
+    return environment.from_string(template).render(
+        task=SimpleNamespace(account=account),
+        ti=SimpleNamespace(try_number=1),
+        dag_run=SimpleNamespace(run_type=run["run_type"]),
+        params={"reload": False, "reload_streams": run.get("reload_streams", [])},
+        **interval,
+    )
+
+
+def mapped_accounts(dag: Any) -> dict[str, dict[str, Any]]:
+    """Each account the DAG's `plan` tasks return today, with its queue group and rendered
+    commands: the daily (or refresh) load, a one-day reload, the models' build."""
+    accounts: dict[str, dict[str, Any]] = {}
+    for plan in [task for task in dag.tasks if task.task_id.endswith(".plan")]:
+        group = plan.task_id.removesuffix(".plan")
+        load = dag.get_task(f"{group}.account.load")
+        build = dag.task_dict.get(f"{group}.account.dbt_build")
+        for name in plan.python_callable(*plan.op_args, **plan.op_kwargs):
+            accounts[name] = {
+                "group": group,
+                "script": render(dag, load.bash_command, name),
+                "reload_script": render(dag, load.bash_command, name, RELOAD_RUN),
+                "build_script": render(dag, build.bash_command, name) if build else None,
+            }
+    return accounts
+
+
 def describe_dag(dag: Any) -> dict[str, Any]:
     return {
-        "schedule": dag.schedule if dag.schedule is None else str(dag.schedule),
+        "accounts": mapped_accounts(dag),
+        # A cron string, or a timetable object's cron expression.
+        "schedule": None
+        if dag.schedule is None
+        else str(getattr(dag.schedule, "expression", dag.schedule)),
         "timetable": type(dag.timetable).__name__,
         # Asset-scheduled DAGs: the condition as nested {"all"|"any": [...]} of asset names.
         "asset_condition": asset_condition(getattr(dag.timetable, "asset_condition", None)),
@@ -50,6 +101,7 @@ def describe_dag(dag: Any) -> dict[str, Any]:
         "tasks": {
             task.task_id: {
                 "operator": f"{type(task).__module__}.{type(task).__name__}",
+                "mapped": bool(task.get_closest_mapped_task_group()),
                 "pool": task.pool,
                 "pool_slots": task.pool_slots,
                 "retries": task.retries,
@@ -57,12 +109,14 @@ def describe_dag(dag: Any) -> dict[str, Any]:
                 "retry_exponential_backoff": task.retry_exponential_backoff,
                 "max_retry_delay": seconds(task.max_retry_delay),
                 "execution_timeout": seconds(task.execution_timeout),
-                "bash_command": task.bash_command,
-                "env": task.env,
-                "append_env": task.append_env,
-                "cwd": task.cwd,
+                "bash_command": getattr(task, "bash_command", None),
+                "env": getattr(task, "env", None),
+                "append_env": getattr(task, "append_env", None),
+                "cwd": getattr(task, "cwd", None),
                 "queue": task.queue,
                 "upstream": sorted(task.upstream_task_ids),
+                "skip_on_exit_code": sorted(getattr(task, "skip_on_exit_code", None) or []),
+                "map_index_template": task.map_index_template,
                 "outlets": [asset.name for asset in task.outlets],
             }
             for task in dag.tasks

@@ -122,10 +122,14 @@ def key_names(task: dict[str, Any]) -> list[str] | None:
     return json.loads(match.group(1).replace("'", '"'))
 
 
-def selected_streams(task: dict[str, Any]) -> list[str]:
-    return [
-        pattern.removesuffix(".*") for pattern in json.loads(task["env"]["TAP_GUESTDATA__SELECT"])
-    ]
+def selected_streams(command: str) -> list[str]:
+    """The streams a command selects (its first TAP_GUESTDATA__SELECT: a daily run's)."""
+    match = re.search(r"^export TAP_GUESTDATA__SELECT='(.*)'$", command, re.MULTILINE)
+    assert match, command
+    return [pattern.removesuffix(".*") for pattern in json.loads(match.group(1))]
+
+
+RELOAD_MACRO = "{{ guestdata_reload(dag_run.run_type, data_interval_start, data_interval_end, "
 
 
 def test_every_file_in_dags_imports_without_errors(loaded: dict[str, dict[str, Any]]) -> None:
@@ -174,12 +178,14 @@ def test_daily_dag_runs_the_account_in_one_task_by_default(
     assert task["operator"] == "airflow.providers.standard.operators.bash.BashOperator"
     # The base extractor alone: no inheriting extractor, no suffix (a plain run's state id).
     assert task["bash_command"].endswith(
-        'exec meltano --environment=prod run "${take_over[@]}" --no-install '
+        'exec meltano --environment=prod run "${take_over[@]}" "${run[@]}" '
         "tap-guestdata target-postgres guestdata-pg-types:timestamptz"
     )
-    assert "--state-id-suffix" not in task["bash_command"]
+    assert "\nsuffix=''\nrun=(--no-install)\n" in task["bash_command"]
     assert "--full-refresh" not in task["bash_command"]
-    assert selected_streams(task) == EVERY_STREAM
+    assert RELOAD_MACRO in task["bash_command"], "a backfill run reloads its interval"
+    assert task["skip_on_exit_code"] == [99], "a reload with nothing to read is skipped"
+    assert selected_streams(task["bash_command"]) == EVERY_STREAM
     assert task["cwd"] == str(DAGS_FOLDER.parent)
     assert task["append_env"] is True
 
@@ -192,12 +198,12 @@ def test_task_shape_groups_runs_one_independent_task_per_stream_group(
     for group, task in daily.items():
         assert task["upstream"] == [], "groups must be free to run in parallel"
         assert (
-            'meltano --environment=prod run "${take_over[@]}" --no-install '
-            f"--state-id-suffix={group} tap-guestdata target-postgres"
-        ) in task["bash_command"]
-        assert selected_streams(task) == STREAMS[group]
+            f'\nsuffix={group}\nrun=(--no-install "--state-id-suffix=$suffix")\n'
+            in (task["bash_command"])
+        )
+        assert selected_streams(task["bash_command"]) == STREAMS[group]
         # Its own Meltano run directory: run/tap-guestdata/ is not shared by the tasks.
-        assert f'own="$shared/tasks/{group}"' in task["bash_command"]
+        assert 'own="$shared/tasks/${suffix:-default}"' in task["bash_command"]
 
 
 def test_weekly_refresh_rereads_guests_and_stats_in_full(
@@ -205,11 +211,12 @@ def test_weekly_refresh_rereads_guests_and_stats_in_full(
 ) -> None:
     refresh = tasks(loaded["defaults"], REFRESH)
     assert list(refresh) == ["refresh"]
-    assert (
-        'meltano --environment=prod run "${take_over[@]}" --no-install '
-        "--state-id-suffix=refresh --full-refresh tap-guestdata target-postgres"
-    ) in refresh["refresh"]["bash_command"]
-    assert selected_streams(refresh["refresh"]) == STREAMS["refresh"]
+    command = refresh["refresh"]["bash_command"]
+    assert '\nsuffix=refresh\nrun=(--no-install "--state-id-suffix=$suffix" --full-refresh)\n' in (
+        command
+    )
+    assert RELOAD_MACRO not in command, "the refresh reads everything anyway"
+    assert selected_streams(command) == STREAMS["refresh"]
     assert loaded["defaults"]["dags"][REFRESH]["schedule"] == "0 3 * * 0"
 
 
@@ -218,8 +225,10 @@ def test_schedules_are_cron_without_catchup_and_one_run_at_a_time(
 ) -> None:
     dags = loaded["defaults"]["dags"]
     assert dags[DAILY]["schedule"] == "0 5 * * *"
+    # Real data intervals, which a backfill run reloads (the refresh's are never reloaded).
+    assert dags[DAILY]["timetable"] == "CronDataIntervalTimetable"
+    assert dags[REFRESH]["timetable"] == "CronTriggerTimetable"
     for dag in (dags[DAILY], dags[REFRESH]):
-        assert dag["timetable"] == "CronTriggerTimetable"
         assert dag["catchup"] is False
         assert dag["max_active_runs"] == 1
         assert dag["dagrun_timeout"] == 20 * 3600
@@ -298,7 +307,7 @@ def test_settings_come_from_variables_then_environment(
     # No timestamptz step for a target other than target-snowflake; no cool-down (ignored).
     assert task["bash_command"].endswith(
         'take_over=(); [ "{{ ti.try_number }}" -le 1 ] || take_over=(--force)\n'
-        'exec /opt/meltano/bin/meltano --environment=dev run "${take_over[@]}" --no-install '
+        'exec /opt/meltano/bin/meltano --environment=dev run "${take_over[@]}" "${run[@]}" '
         "tap-guestdata target-snowflake"
     )
 
@@ -331,62 +340,89 @@ def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
     assert task["execution_timeout"] == 3600
 
 
-def test_every_account_gets_its_task_group_schema_state_id_and_queue(
+def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
     result = loaded["accounts"]
     assert result["dag_warnings"] == [], "every queue pool is one docs/airflow.md lists"
     assert set(result["dags"]) == {
         DAILY,  # harbour, quay and saltmarsh: the daily schedule
-        f"{DAILY}_northgate",  # its own schedule
+        f"{DAILY}_at_0_2_x_x_x",  # northgate's own schedule, "0 2 * * *"
         REFRESH,  # harbour, quay and saltmarsh (northgate loads neither guests nor stats)
-        f"{TRANSFORM}_harbour",  # accounts with every group
-        f"{TRANSFORM}_quay",
     }
-    daily = tasks(result)
-    # Large: a task per group; small (or unsized): one task with all its groups.
-    assert list(daily) == [f"harbour.{g}" for g in GROUPS] + ["quay.all", "saltmarsh.all"]
-    assert list(tasks(result, f"{DAILY}_northgate")) == ["northgate.all"]
-    assert result["dags"][f"{DAILY}_northgate"]["schedule"] == "0 2 * * *"
-    assert list(tasks(result, REFRESH)) == ["harbour.refresh", "quay.refresh", "saltmarsh.refresh"]
-    assert result["dags"][DAILY]["max_active_tasks"] == 10, "two queues' pools all busy at once"
-    everything = {**daily, **tasks(result, REFRESH), **tasks(result, f"{DAILY}_northgate")}
+    own = result["dags"][f"{DAILY}_at_0_2_x_x_x"]
+    assert own["schedule"] == "0 2 * * *"
+    assert own["timetable"] == "CronDataIntervalTimetable"
+    assert list(own["accounts"]) == ["northgate"]
+    daily = result["dags"][DAILY]
+    assert list(daily["accounts"]) == ["harbour", "quay", "saltmarsh"]
+    assert list(result["dags"][REFRESH]["accounts"]) == ["harbour", "quay", "saltmarsh"]
+    assert daily["max_active_tasks"] == 10, "two queues' pools all busy at once"
+    # A fixed shape whatever the number of accounts: per queue, a plan and a mapped group.
+    for dag_id in (DAILY, REFRESH):
+        shape = {
+            task_id: (task["mapped"], task["upstream"])
+            for task_id, task in tasks(result, dag_id).items()
+        }
+        assert shape == {
+            f"{queue}.{name}": expected
+            for queue in ("worker_1", "worker_2")
+            for name, expected in {
+                "plan": (False, []),
+                "account.load": (True, [f"{queue}.plan"]),
+                "account.dbt_build": (True, [f"{queue}.account.load", f"{queue}.plan"]),
+            }.items()
+        }, dag_id
     queue_of_account: dict[str, str] = {}
-    for task_id, task in everything.items():
-        account, group = task_id.split(".")
-        suffix = account if group == "all" else f"{account}-{group}"
-        assert f"--state-id-suffix={suffix} " in task["bash_command"]
-        assert f'own="$shared/tasks/{suffix}"' in task["bash_command"]
-        assert 'export MELTANO_SYS_DIR_ROOT="$own"' in task["bash_command"]
-        assert "tap-guestdata target-postgres" in task["bash_command"]
-        schema = "raw_saltmarsh" if account == "saltmarsh" else f"guestdata_{account}"
-        assert task["env"]["TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA"] == schema
-        assert task["env"].get("TAP_GUESTDATA_BASE_URL") == (
-            "https://eu.example/api/v1/customer" if account == "saltmarsh" else None
-        )
-        own_keys = next(a["keys"] for a in ACCOUNTS["accounts"] if a["name"] == account)
-        assert key_names(task) == own_keys, "every key of its account"
-        assert task["pool"] == f"guestdata_{task['queue']}" and task["pool"] in QUEUE_POOLS
-        assert task["env"]["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] == task["queue"]
-        assert queue_of_account.setdefault(account, task["queue"]) == task["queue"]
-        groups = {
-            "harbour": GROUPS,
-            "quay": GROUPS,
-            "saltmarsh": ["core", "stats"],
-            "northgate": ["rewards"],
-        }[account]
-        loaded_groups = groups if group == "all" else [group]
-        assert task["outlets"] == [f"guestdata_raw_{account}_{g}" for g in loaded_groups]
-        streams = [stream for g in loaded_groups for stream in STREAMS[g]]
-        assert selected_streams(task) == streams
+    for dag_id, dag in result["dags"].items():
+        for account, planned in dag["accounts"].items():
+            queue = planned["group"]
+            load = dag["tasks"][f"{queue}.account.load"]
+            assert load["map_index_template"] == "{{ task.account }}", "labelled by account"
+            assert load["pool"] == f"guestdata_{queue}" and load["pool"] in QUEUE_POOLS
+            assert load["queue"] == queue
+            assert load["env"]["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] == queue
+            assert load["env"]["TAP_GUESTDATA_API_KEYS"] == (
+                "{{ guestdata_account_keys(task.account) }}"
+            ), "every key of its account, found on the worker"
+            assert load["skip_on_exit_code"] == [99]
+            assert queue_of_account.setdefault(account, queue) == queue, "one queue each"
+            script = planned["script"]
+            schema = "raw_saltmarsh" if account == "saltmarsh" else f"guestdata_{account}"
+            assert f"export TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA={schema}\n" in script
+            base_url = "https://eu.example/api/v1/customer" if account == "saltmarsh" else None
+            assert ("export TAP_GUESTDATA_BASE_URL=" in script) == (base_url is not None)
+            assert 'export MELTANO_SYS_DIR_ROOT="$own"' in script
+            groups = {
+                "harbour": GROUPS,
+                "quay": GROUPS,
+                "saltmarsh": ["core", "stats"],
+                "northgate": ["rewards"],
+            }[account]
+            runs = script.count("tap-guestdata target-postgres")
+            if dag_id == REFRESH:
+                assert runs == 1 and selected_streams(script) == STREAMS["refresh"]
+                assert f"\nsuffix={account}-refresh\n" in script and "--full-refresh" in script
+                continue
+            # Large: its groups side by side, a state id each; else one run of all its groups.
+            suffixes = re.findall(r"^suffix=(\S+)$", script, re.MULTILINE)
+            if account == "harbour":
+                assert suffixes == [f"harbour-{group}" for group in GROUPS]
+                assert runs == 5 and script.count(") &\npids+=($!)") == 5
+            else:
+                assert suffixes == [account] and runs == 1
+                assert selected_streams(script) == [s for g in groups for s in STREAMS[g]]
+            assert "# a daily run: Meltano state drives the window" in script
+            reload = planned["reload_script"]
+            assert "export TAP_GUESTDATA_START_DATE=2026-10-01\n" in reload
+            assert "export TAP_GUESTDATA_END_DATE=2026-10-01\n" in reload
+            build = planned["build_script"]
+            if set(groups) == set(GROUPS):
+                assert build.endswith(
+                    "meltano --environment=prod run --no-install dbt-postgres:build"
+                )
+                assert f"export DBT_TARGET_PATH=target/accounts/{account}\n" in build
+                assert f"export TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA={schema}\n" in build
+            else:
+                assert build.endswith("exit 99"), "the models need every group: skipped"
     assert set(queue_of_account.values()) == {"worker_1", "worker_2"}
-    transform = result["dags"][f"{TRANSFORM}_harbour"]
-    assert transform["asset_condition"] == {
-        "any": [
-            {"all": [f"guestdata_raw_harbour_{group}" for group in GROUPS]},
-            "guestdata_raw_harbour_refresh",
-        ]
-    }
-    build = transform["tasks"]["dbt_build"]
-    assert build["env"]["TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA"] == "guestdata_harbour"
-    assert build["outlets"] == ["guestdata_models_harbour"]
