@@ -112,7 +112,7 @@ def test_without_this_projects_blocks_the_dags_load_and_stop(
     assert set(result["dags"]) == {DAILY, REFRESH}
     for task in result["dags"][DAILY]["tasks"].values():
         assert task["bash_command"].endswith(
-            'exec meltano --environment=prod run "${take_over[@]}" --no-install '
+            'exec meltano --environment=prod run "${take_over[@]}" "${run[@]}" '
             "tap-guestdata target-postgres"
         )
         assert task["pool"] == "guestdata_default"
