@@ -30,7 +30,9 @@ SCHEDULES = ["0 1 * * *", "0 2 * * *", "30 2 * * *", "0 3 * * 1-5", "none"]
 
 # Runs in the child: parse, count, serialize; prints one JSON line.
 PARSE = """
-import json, sys, time
+import json, os, sys, time
+# The revision asked for, ahead of the working directory and the editable install.
+sys.path.insert(0, os.environ["GUESTDATA_PROJECT_ROOT"])
 from airflow.dag_processing.dagbag import DagBag
 from airflow.serialization.serialized_objects import DagSerialization
 started = time.perf_counter()
@@ -74,7 +76,6 @@ def parse_once(accounts_file: Path, source: Path, home: Path) -> dict[str, Any]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "GUESTDATA_ACCOUNTS": str(accounts_file),
         "GUESTDATA_PROJECT_ROOT": str(source),
-        "PYTHONPATH": str(source),  # this revision's tap_guestdata first
     }
     result = subprocess.run(
         [sys.executable, "-c", PARSE, str(source / "dags")],

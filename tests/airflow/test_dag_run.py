@@ -1,25 +1,30 @@
 """The DAGs run for real with `dag.test()`: sandbox -> Meltano -> a throwaway PostgreSQL database.
 
-One test, in order: the daily DAG (one task, all five groups, three keys) loads every table
+First, in order: the daily DAG (one task, all five groups, three keys) loads every table
 equal to the sandbox's truth, its requests spread over all three keys, saving the plain state id
 and publishing every group's asset; the transform DAG (scheduled on those assets) then builds the
 models into the same database; then a guest's marketing consent flips in the sandbox and the
-weekly refresh DAG brings the warehouse up to date. Airflow: a throwaway AIRFLOW_HOME and
+weekly refresh DAG brings the warehouse up to date. Then a backfill of three days long past
+reloads each run's own day (its data interval), leaving the daily state alone. Airflow: a throwaway AIRFLOW_HOME and
 SQLite metadata database, migrated with `airflow db migrate`; every Airflow process is a
 subprocess (see dag_testing.py).
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import parse_qs
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from dag_testing import Airflow, AirflowFactory, demo_pipeline, state_ids
+from dag_testing import MELTANO, PROJECT_ROOT, Airflow, AirflowFactory, demo_pipeline, state_ids
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 
@@ -44,6 +49,22 @@ GROUP_OF_PATH = {
 }
 GROUPS = ("core", "members", "rewards", "offers", "stats")
 KEYS = set(OWNER_KEYS[:3])
+LONDON = ZoneInfo("Europe/London")
+DAILY_STATE_ID = "dev:tap-guestdata-to-target-postgres"  # the single task's plain state id
+
+
+def meltano_state(airflow: Airflow, state_id: str) -> str:
+    """`meltano state get` of a state id (what the next run of it would start from)."""
+    result = subprocess.run(
+        [str(MELTANO), "--environment=dev", "state", "get", state_id],
+        cwd=PROJECT_ROOT,
+        env=airflow.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return result.stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +165,56 @@ def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
         f"transform {transform_seconds:.1f} s, "
         f"weekly refresh {refresh_seconds:.1f} s (in Airflow {refresh['seconds']:.1f} s)"
     )
+
+
+def dated_requests(sandbox: SandboxProcess) -> list[tuple[str, str, str]]:
+    """(path, from, to) of every request in the sandbox's log with a date window, in order."""
+    dated = []
+    for request in sandbox.requests_log():
+        query = parse_qs(request["query"])
+        if "from" in query or "to" in query:
+            dated.append((request["path"], query["from"][0], query["to"][0]))
+    return dated
+
+
+def test_a_backfill_of_three_days_reloads_each_runs_own_interval(
+    airflow: Airflow, sandbox: SandboxProcess, database_url: str
+) -> None:
+    """`airflow backfill create` over the daily DAG, for three London days 100 days ago, of
+    guests and stats (the run's params): each run reads its own day, under a state id of its
+    own; the daily state stays as it was."""
+    today = datetime.now(LONDON).date()
+    days = [today - timedelta(days=100 - n) for n in range(3)]
+    daily_state = meltano_state(airflow, DAILY_STATE_ID)
+    sandbox.clear_requests()
+
+    result = airflow.dag_test(
+        "guestdata_meltano",
+        run={
+            # A schedule at 05:00 UTC: the runs whose intervals start on these days.
+            "backfill": {"from": f"{days[0]}T00:00:00+00:00", "to": f"{days[-1]}T23:59:00+00:00"},
+            "conf": {"reload_streams": ["core", "stats"]},
+        },
+    )
+
+    runs = result["runs"]
+    assert [run["data_interval"] for run in runs] == [
+        [f"{day} 05:00:00+00:00", f"{day + timedelta(days=1)} 05:00:00+00:00"] for day in days
+    ]
+    assert all(run["run_type"] == "backfill" for run in runs), runs
+    assert all(run["tasks"] == {"all": "success"} for run in runs), runs
+    # Only those days' requests, one run after the other, each its own day.
+    dated = dated_requests(sandbox)
+    assert [window for _, *window in dated] == sorted(window for _, *window in dated)
+    assert {(first, last) for _, first, last in dated} == {(str(d), str(d)) for d in days}
+    paths = {path for path, _, _ in dated}
+    assert paths == {"/guests", "/stats"}, "guests and stats only, as the params chose"
+    truth = sandbox.truth(OWNER_KEYS[0])
+    for day in days:
+        venue_days = sum(1 for row in truth["daily_stats"] if row["date"] == str(day))
+        stats = [r for r in dated if r[0] == "/stats" and r[1] == str(day)]
+        assert len(stats) == venue_days + 1, f"{day}: one per venue, one for the account"
+    # The daily state is untouched; each run saved its own.
+    assert meltano_state(airflow, DAILY_STATE_ID) == daily_state
+    assert {f"{DAILY_STATE_ID}:reload-{day}-{day}" for day in days} <= set(state_ids(airflow))
+    check_against_truth(database_url, truth)
