@@ -372,9 +372,19 @@ class Rest:
         path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances"
         return list(self.call("GET", path, params={"limit": 1000})["task_instances"])
 
-    def tries(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
-        path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/tries"
+    def tries(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int = -1
+    ) -> list[dict[str, Any]]:
+        mapped = "" if map_index < 0 else f"/{map_index}"
+        path = f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}{mapped}/tries"
         return list(self.call("GET", path)["task_instances"])
+
+    def task_instance(self, dag_id: str, run_id: str, label: str) -> dict[str, Any]:
+        """The task instance of `label` (see `task_label`)."""
+        found = [t for t in self.task_instances(dag_id, run_id) if task_label(t) == label]
+        if not found:
+            raise ClusterError(f"{dag_id} run {run_id}: no task instance {label!r} (yet)")
+        return found[0]
 
     def wait(self, dag_id: str, run_id: str, timeout: float) -> str:
         deadline = time.monotonic() + timeout
@@ -384,6 +394,15 @@ class Rest:
                 return state
             time.sleep(2)
         raise ClusterError(f"{dag_id} run {run_id} not finished after {timeout:.0f} s")
+
+
+def task_label(task: Mapping[str, Any]) -> str:
+    """A task instance by what it is: `<account>.load` for an account's mapped task (its map
+    index label and the last part of its task id), else its task id."""
+    if task.get("map_index", -1) < 0:
+        return str(task["task_id"])
+    label = task.get("rendered_map_index") or f"{task['task_id']}[{task['map_index']}]"
+    return f"{label}.{str(task['task_id']).rsplit('.', 1)[-1]}"
 
 
 # -- up -------------------------------------------------------------------------------------
@@ -758,7 +777,8 @@ def trigger(args: argparse.Namespace) -> int:
     started = time.monotonic()
     state = rest.wait(args.dag_id, run_id, args.timeout)
     for task in rest.task_instances(args.dag_id, run_id):
-        print(f"  {task['task_id']:24} {task['state']:10} try {task['try_number']}")
+        label = task_label(task)
+        print(f"  {label:32} {task['state'] or '':16} try {task['try_number']}")
     say(f"{state} in {time.monotonic() - started:.0f} s")
     return 0 if state == "success" else 1
 

@@ -5,9 +5,9 @@ equal to the sandbox's truth, its requests spread over all three keys, saving th
 and publishing every group's asset; the transform DAG (scheduled on those assets) then builds the
 models into the same database; then a guest's marketing consent flips in the sandbox and the
 weekly refresh DAG brings the warehouse up to date. Then a backfill of three days long past
-reloads each run's own day (its data interval), leaving the daily state alone. Airflow: a throwaway AIRFLOW_HOME and
-SQLite metadata database, migrated with `airflow db migrate`; every Airflow process is a
-subprocess (see dag_testing.py).
+reloads each run's own day (its data interval), leaving the daily state alone. Airflow: a
+throwaway AIRFLOW_HOME and SQLite metadata database, migrated with `airflow db migrate`; every
+Airflow process is a subprocess (see dag_testing.py).
 """
 
 from __future__ import annotations

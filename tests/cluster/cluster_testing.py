@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 import demo_pipeline
-from celery_cluster import DAG_ID, Cluster, Rest, default_accounts
+from celery_cluster import DAG_ID, Cluster, Rest, default_accounts, task_label
 from guestdata_sandbox.testing import SandboxProcess
 from tap_guestdata.airflow.accounts import REFRESH_GROUP, TaskSpec, parse_config, plan_tasks
 
@@ -124,11 +124,12 @@ class LocalCluster:
         return Cluster.load(self.home)
 
     def plan(self) -> dict[str, TaskSpec]:
-        """The planner's tasks of the daily DAG for the deployed accounts, by task id (planned
-        as the DAG plans them: with the weekly refresh, which is a DAG of its own)."""
+        """The planner's tasks of the daily DAG for the deployed accounts, by the label of
+        their mapped task, `<account>.load` (planned as the DAG plans them: with the weekly
+        refresh, which is a DAG of its own). Small accounts: one spec, one task, each."""
         config = parse_config(Path(self.state.accounts_file).read_text())
-        specs = plan_tasks(config)
-        return {spec.task_id: spec for spec in specs if spec.group != REFRESH_GROUP}
+        specs = [spec for spec in plan_tasks(config) if spec.group != REFRESH_GROUP]
+        return {f"{spec.account}.load": spec for spec in specs}
 
     def warehouse(self) -> str:
         return self.state.postgres_url("warehouse", "127.0.0.1", "postgresql")
@@ -155,8 +156,8 @@ class DagRun:
     state: str
     started: float
     ended: float
-    tasks: dict[str, dict[str, Any]]  # task id -> its task instance (last try)
-    tries: dict[str, list[dict[str, Any]]]  # task id -> every try
+    tasks: dict[str, dict[str, Any]]  # task label (`task_label`) -> its instance (last try)
+    tries: dict[str, list[dict[str, Any]]]  # task label -> every try
 
     @property
     def seconds(self) -> float:
@@ -176,8 +177,11 @@ def run_dag(
             during(rest, run_id)
         time.sleep(1)
     run = rest.call("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")
-    tasks = {task["task_id"]: task for task in rest.task_instances(DAG_ID, run_id)}
-    tries = {task_id: rest.tries(DAG_ID, run_id, task_id) for task_id in tasks}
+    tasks = {task_label(task): task for task in rest.task_instances(DAG_ID, run_id)}
+    tries = {
+        label: rest.tries(DAG_ID, run_id, task["task_id"], task["map_index"])
+        for label, task in tasks.items()
+    }
     return DagRun(run_id, state, when(run["start_date"]), when(run["end_date"]), tasks, tries)
 
 
