@@ -26,6 +26,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = ["core", "members", "rewards", "offers", "stats"]
+DEFAULT_TIMEOUT = 30.0  # Airflow's [core] dagbag_import_timeout
 SCHEDULES = ["0 1 * * *", "0 2 * * *", "30 2 * * *", "0 3 * * 1-5", "none"]
 
 # Runs in the child: parse, count, serialize; prints one JSON line.
@@ -74,6 +75,9 @@ def parse_once(accounts_file: Path, source: Path, home: Path) -> dict[str, Any]:
         **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "GUESTDATA_"))},
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # Measured past Airflow's 30 s default (which would turn the parse into an import
+        # error); the table flags a parse over it.
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "600",
         "GUESTDATA_ACCOUNTS": str(accounts_file),
         "GUESTDATA_PROJECT_ROOT": str(source),
     }
@@ -142,9 +146,10 @@ def main() -> int:
     print("\n| accounts | code | DAGs | tasks | parse (s) | serialized (KB) |")
     print("|---:|---|---:|---:|---:|---:|")
     for row in rows:
+        over = " (over the 30 s import timeout)" if row["parse_seconds"] > DEFAULT_TIMEOUT else ""
         print(
             f"| {row['accounts']:,} | {row['code']} | {row['dags']:,} | {row['tasks']:,} "
-            f"| {row['parse_seconds']:.2f} | {row['serialized_bytes'] / 1024:,.0f} |"
+            f"| {row['parse_seconds']:.2f}{over} | {row['serialized_bytes'] / 1024:,.0f} |"
         )
     return 0
 

@@ -68,6 +68,7 @@ from tap_guestdata.airflow.accounts import (
     queue_pool,
 )
 from tap_guestdata.airflow.config import PipelineConfig, settings_reader
+from tap_guestdata.airflow.priority import DAILY_RUNS_FIRST
 from tap_guestdata.airflow.reload import SKIP_EXIT_CODE, reload_lines
 
 DAG_ID = "guestdata_meltano"
@@ -277,6 +278,7 @@ def meltano_task(
         # every other non-zero exit is a failure (meltano never means "skip").
         skip_on_exit_code=SKIP_EXIT_CODE,
         pool=pool,
+        weight_rule=DAILY_RUNS_FIRST,  # a backfill's tasks yield the pool to the daily run's
         execution_timeout=timeout,
         # Published only when the task succeeds: the transform DAG is scheduled on these.
         outlets=outlets,
@@ -629,6 +631,7 @@ def queue_group(
                 append_env=True,  # PATH, MELTANO_DATABASE_URI, TARGET_POSTGRES_* of the worker
                 skip_on_exit_code=SKIP_EXIT_CODE,
                 pool=queue_pool(queue),
+                weight_rule=DAILY_RUNS_FIRST,  # a backfill's tasks yield the pool to the daily's
                 execution_timeout=timeout,
                 map_index_template=ACCOUNT_LABEL,
                 doc_md=f"`meltano run {EXTRACTOR} {config.target}` of one account: its "

@@ -83,6 +83,17 @@ def mapped_accounts(dag: Any) -> dict[str, dict[str, Any]]:
     return accounts
 
 
+def weight_of(task: Any, run_id: str) -> int:
+    """A task's priority weight in run `run_id`, as the scheduler computes it (its weight
+    rule, loaded through Airflow's plugin registry when it is a custom one)."""
+    from types import SimpleNamespace
+
+    from airflow.task.priority_strategy import validate_and_load_priority_weight_strategy
+
+    strategy = validate_and_load_priority_weight_strategy(task.weight_rule)
+    return strategy.get_weight(SimpleNamespace(run_id=run_id, task=task))
+
+
 def describe_dag(dag: Any) -> dict[str, Any]:
     return {
         "accounts": mapped_accounts(dag),
@@ -117,6 +128,11 @@ def describe_dag(dag: Any) -> dict[str, Any]:
                 "upstream": sorted(task.upstream_task_ids),
                 "skip_on_exit_code": sorted(getattr(task, "skip_on_exit_code", None) or []),
                 "map_index_template": task.map_index_template,
+                # The weight of a task of a scheduled run and of a backfill run.
+                "priority": {
+                    run: weight_of(task, f"{run}__2026-10-01T05:00:00+00:00")
+                    for run in ("scheduled", "backfill")
+                },
                 "outlets": [asset.name for asset in task.outlets],
             }
             for task in dag.tasks

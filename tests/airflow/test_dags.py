@@ -185,6 +185,8 @@ def test_daily_dag_runs_the_account_in_one_task_by_default(
     assert "--full-refresh" not in task["bash_command"]
     assert RELOAD_MACRO in task["bash_command"], "a backfill run reloads its interval"
     assert task["skip_on_exit_code"] == [99], "a reload with nothing to read is skipped"
+    # A backfill's tasks yield the queue's pool to the daily run's (priority.py).
+    assert task["priority"] == {"scheduled": 10, "backfill": 1}
     assert selected_streams(task["bash_command"]) == EVERY_STREAM
     assert task["cwd"] == str(DAGS_FOLDER.parent)
     assert task["append_env"] is True
@@ -386,6 +388,7 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
                 "{{ guestdata_account_keys(task.account) }}"
             ), "every key of its account, found on the worker"
             assert load["skip_on_exit_code"] == [99]
+            assert load["priority"] == {"scheduled": 10, "backfill": 1}, "daily runs first"
             assert queue_of_account.setdefault(account, queue) == queue, "one queue each"
             script = planned["script"]
             schema = "raw_saltmarsh" if account == "saltmarsh" else f"guestdata_{account}"
