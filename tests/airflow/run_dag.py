@@ -14,7 +14,9 @@ stdout's last line: for one run `{"dag_id", "state", "seconds", "run_type", "dat
 [start, end], "tasks": {id: state}, "accounts": {label: {task: state}}, "assets_published":
 [names]}`, where `tasks` are the unmapped task instances and `accounts` the mapped ones by
 their map index label (the account) and the last part of their task id (`load`,
-`dbt_build`); for a backfill `{"dag_id", "state", "runs": [one run's outcome, ...]}`.
+`dbt_build`), and `labels` what Airflow shows for each (`<account>.<task>`: the rendered map
+index, None if the task never rendered it); for a backfill `{"dag_id", "state", "runs": [one
+run's outcome, ...]}`.
 Exit status 0 when every run succeeded.
 """
 
@@ -40,18 +42,22 @@ def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
     with create_session() as session:
         instances = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=dag_run.run_id)
         states = {ti.task_id: str(ti.state) for ti in instances if ti.map_index < 0}
-        # A mapped task group's index: its tasks' label (a task that never ran has none).
-        mapped = [ti for ti in instances if ti.map_index >= 0]
-        labels = {
-            (ti.task_id.rsplit(".", 1)[0], ti.map_index): ti.rendered_map_index
-            for ti in mapped
-            if ti.rendered_map_index
+        # A mapped task group's index is an account: the plan task of its queue returned
+        # the accounts in map index order. A label Airflow rendered must be that name.
+        planned = {
+            ti.task_id.removesuffix(".plan"): ti.xcom_pull(task_ids=ti.task_id, session=session)
+            for ti in instances
+            if ti.task_id.endswith(".plan")
         }
         accounts: dict[str, dict[str, str]] = {}
-        for ti in mapped:
-            group, name = ti.task_id.rsplit(".", 1)
-            label = labels.get((group, ti.map_index), f"{group}[{ti.map_index}]")
-            accounts.setdefault(label, {})[name] = str(ti.state)
+        labels: dict[str, str | None] = {}
+        for ti in instances:
+            if ti.map_index < 0:
+                continue
+            queue, _, name = ti.task_id.split(".")
+            account = planned[queue][ti.map_index]
+            accounts.setdefault(account, {})[name] = str(ti.state)
+            labels[f"{account}.{name}"] = ti.rendered_map_index
         events = session.query(AssetEvent).filter_by(source_dag_id=dag_id)
         published = sorted(
             event.asset.name for event in events if event.source_run_id == dag_run.run_id
@@ -64,6 +70,7 @@ def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
         "data_interval": [str(dag_run.data_interval_start), str(dag_run.data_interval_end)],
         "tasks": states,
         "accounts": accounts,
+        "labels": labels,
         "assets_published": published,
     }
 

@@ -105,6 +105,9 @@ def test_each_account_loads_its_own_schema_and_a_revoked_key_fails_only_its_task
         **{name: {"load": "success", "dbt_build": "skipped"} for name in GOOD},
         "revoked": {"load": "failed", "dbt_build": "upstream_failed"},
     }, run
+    # Airflow labels each account's task with the account's name (`dag.test()` renders the
+    # label of a failed task as its map index; the scheduler's workers render it early).
+    assert all(run["labels"][f"{name}.load"] == name for name in GOOD), run["labels"]
     assert set(run["tasks"]) == {"worker_1.plan", "worker_2.plan"}, run
     assert set(run["tasks"].values()) == {"success"}, run
     # Each good account its own state id; the revoked account's failed run may leave one of
