@@ -3,7 +3,8 @@
 Run as a subprocess (importing Airflow installs its own logging handlers, which must not leak
 into the rest of the test session), by any interpreter with Airflow (the standard library
 only, besides). stdin: a JSON list of scenarios, each `{"env": {...}, "known_pools": [...] |
-null, "api_keys": [names], "dags_folder": path (default: this repository's dags/)}`; stdout's
+null, "api_keys": [names], "dags_folder": path (default: this repository's dags/),
+"render_scripts": false (the accounts' commands are not rendered)}`; stdout's
 last line: a JSON list with, per scenario, the import errors, every DAG's settings and tasks,
 for each name in `api_keys` what the DAG's `guestdata_api_key` macro returns and whether logs
 would mask it, and the file the factory (`tap_guestdata.airflow`) was imported from.
@@ -65,15 +66,19 @@ def render(dag: Any, template: str, account: str, run: dict[str, Any] | None = N
     )
 
 
-def mapped_accounts(dag: Any) -> dict[str, dict[str, Any]]:
-    """Each account the DAG's `plan` tasks return today, with its queue group and rendered
-    commands: the daily (or refresh) load, a one-day reload, the models' build."""
+def mapped_accounts(dag: Any, render_scripts: bool = True) -> dict[str, dict[str, Any]]:
+    """Each account the DAG's `plan` tasks return today, with its queue group and (unless
+    `render_scripts` is False) rendered commands: the daily (or refresh) load, a one-day
+    reload, the models' build."""
     accounts: dict[str, dict[str, Any]] = {}
     for plan in [task for task in dag.tasks if task.task_id.endswith(".plan")]:
         group = plan.task_id.removesuffix(".plan")
         load = dag.get_task(f"{group}.account.load")
         build = dag.task_dict.get(f"{group}.account.dbt_build")
         for name in plan.python_callable(*plan.op_args, **plan.op_kwargs):
+            if not render_scripts:
+                accounts[name] = {"group": group}
+                continue
             accounts[name] = {
                 "group": group,
                 "script": render(dag, load.bash_command, name),
@@ -94,9 +99,9 @@ def weight_of(task: Any, run_id: str) -> int:
     return strategy.get_weight(SimpleNamespace(run_id=run_id, task=task))
 
 
-def describe_dag(dag: Any) -> dict[str, Any]:
+def describe_dag(dag: Any, render_scripts: bool = True) -> dict[str, Any]:
     return {
-        "accounts": mapped_accounts(dag),
+        "accounts": mapped_accounts(dag, render_scripts),
         # A cron string, or a timetable object's cron expression.
         "schedule": None
         if dag.schedule is None
@@ -182,7 +187,10 @@ def inspect(scenario: dict[str, Any]) -> dict[str, Any]:
             "import_errors": {str(path): str(error) for path, error in bag.import_errors.items()},
             # Only filled when `known_pools` is given: pools the DAGs use that do not exist.
             "dag_warnings": sorted(warning.message for warning in bag.dag_warnings),
-            "dags": {dag_id: describe_dag(dag) for dag_id, dag in bag.dags.items()},
+            "dags": {
+                dag_id: describe_dag(dag, scenario.get("render_scripts", True))
+                for dag_id, dag in bag.dags.items()
+            },
             "api_keys": {
                 name: call_macro(first_dag, name) for name in scenario.get("api_keys", [])
             },

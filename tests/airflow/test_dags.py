@@ -95,6 +95,18 @@ SCENARIOS["accounts"] = {
     "env": {"GUESTDATA_ACCOUNTS": json.dumps(ACCOUNTS)},
     "known_pools": ["default_pool", *QUEUE_POOLS],
 }
+# 10,000 accounts, one in fifty on a schedule of its own: the DAGs keep the shape of four.
+QUEUES = ["worker_1", "worker_2"]
+MANY = [
+    {"name": f"venue_{n:05d}", "keys": [f"venue_{n:05d}_key"]}
+    | ({"schedule": "0 2 * * *"} if n % 50 == 1 else {})
+    for n in range(10_000)
+]
+SCENARIOS["accounts_10000"] = {
+    "env": {"GUESTDATA_ACCOUNTS": json.dumps({"queues": QUEUES, "accounts": MANY})},
+    "known_pools": ["default_pool", *QUEUE_POOLS],
+    "render_scripts": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +148,8 @@ def test_every_file_in_dags_imports_without_errors(loaded: dict[str, dict[str, A
     assert list(DAGS_FOLDER.glob("*.py")), "no DAG files"
     for name, result in loaded.items():
         assert result["import_errors"] == {}, name
-        if name == "accounts":
-            continue  # test_every_account_gets_its_task_group_schema_state_id_and_lane
+        if name.startswith("accounts"):
+            continue  # test_every_account_gets_its_mapped_task_schema_state_id_and_queue
         # No models for a target other than target-postgres (the "overrides" scenario).
         expected = {DAILY, REFRESH} if name == "overrides" else {DAILY, REFRESH, TRANSFORM}
         assert set(result["dags"]) == expected, name
@@ -146,7 +158,8 @@ def test_every_file_in_dags_imports_without_errors(loaded: dict[str, dict[str, A
 def test_parsing_is_cheap_and_starts_no_process(loaded: dict[str, dict[str, Any]]) -> None:
     for name, result in loaded.items():
         assert result["subprocesses_at_parse"] == [], name
-        assert result["parse_seconds"] < 2, name
+        if name != "accounts_10000":  # its time: bench/dag_parse.py
+            assert result["parse_seconds"] < 2, name
 
 
 def test_every_pool_the_dags_use_is_one_the_docs_say_to_create(
@@ -429,3 +442,20 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
             else:
                 assert build.endswith("exit 99"), "the models need every group: skipped"
     assert set(queue_of_account.values()) == {"worker_1", "worker_2"}
+
+
+def test_ten_thousand_accounts_parse_into_the_same_few_tasks(
+    loaded: dict[str, dict[str, Any]],
+) -> None:
+    """Parsing builds a fixed set of tasks whatever the number of accounts (the time it takes:
+    bench/dag_parse.py); the accounts are fanned out when the plan tasks run."""
+    many, four = loaded["accounts_10000"], loaded["accounts"]
+    assert many["import_errors"] == {} and many["dag_warnings"] == []
+    assert set(many["dags"]) == set(four["dags"])
+    for dag_id, dag in many["dags"].items():
+        assert list(dag["tasks"]) == list(four["dags"][dag_id]["tasks"]), dag_id
+    own = many["dags"][f"{DAILY}_at_0_2_x_x_x"]["accounts"]
+    daily = [*many["dags"][DAILY]["accounts"], *own]
+    assert sorted(daily) == sorted(a["name"] for a in MANY), "each account in one daily DAG"
+    assert len(own) == 200
+    assert len(many["dags"][REFRESH]["accounts"]) == 10_000
