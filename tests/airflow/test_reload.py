@@ -1,0 +1,103 @@
+"""What a run of the daily DAG re-reads (tap_guestdata/airflow/reload.py; no Airflow needed):
+the London days of its data interval, the windowed streams its params choose, its own state id.
+The rendered commands are checked in test_dags.py and run for real in test_dag_run.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+
+import pytest
+
+from tap_guestdata.airflow.reload import (
+    EVERY_WINDOWED_STREAM,
+    ReloadError,
+    chosen_streams,
+    interval_days,
+    reload_lines,
+)
+
+UTC = dt.timezone.utc
+ALL = ["account", "venues", "guests", "read_windows", "members", "member_ledger", "offers"]
+
+
+def at(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "days"),
+    [
+        # The daily 05:00 UTC schedule: the day the interval starts on.
+        ("2026-10-01 05:00", "2026-10-02 05:00", ("2026-10-01", "2026-10-01")),
+        # 23:30 UTC in summer is the next London day (BST): the London days count.
+        ("2026-07-01 23:30", "2026-07-02 23:30", ("2026-07-02", "2026-07-02")),
+        # The night the clocks go back (25 hours in London): still one day.
+        ("2026-10-25 05:00", "2026-10-26 05:00", ("2026-10-25", "2026-10-25")),
+        # A weekly schedule: its seven days.
+        ("2026-10-04 03:00", "2026-10-11 03:00", ("2026-10-04", "2026-10-10")),
+        # An hourly one: the day it is in.
+        ("2026-10-04 10:00", "2026-10-04 11:00", ("2026-10-04", "2026-10-04")),
+    ],
+)
+def test_a_run_reloads_the_london_days_of_its_interval(
+    start: str, end: str, days: tuple[str, str]
+) -> None:
+    first, last = interval_days(at(start), at(end))
+    assert (first.isoformat(), last.isoformat()) == days
+
+
+def test_params_choose_windowed_streams_of_the_task_in_its_order() -> None:
+    assert chosen_streams([], ALL) == ["guests", "read_windows", "members", "member_ledger"]
+    assert chosen_streams(["members"], ALL) == ["members", "member_ledger"]
+    assert chosen_streams(["guests"], ALL) == ["guests", "read_windows"], "what the read covered"
+    assert chosen_streams(["stats"], ALL) == [], "a group the task does not load"
+    assert set(EVERY_WINDOWED_STREAM) >= set(chosen_streams([], ALL))
+    with pytest.raises(ReloadError, match="'offers' has no date window"):
+        chosen_streams(["offers"], ALL)
+
+
+def test_a_daily_run_gets_no_reload_lines() -> None:
+    lines = reload_lines("scheduled", at("2026-10-01 05:00"), at("2026-10-02 05:00"), {}, ALL)
+    assert lines == "# a daily run: Meltano state drives the window"
+
+
+@pytest.mark.parametrize(("run_type", "params"), [("backfill", {}), ("manual", {"reload": True})])
+def test_a_backfill_run_or_a_reload_param_reads_its_days_under_its_own_state_id(
+    run_type: str, params: dict[str, object]
+) -> None:
+    lines = reload_lines(
+        run_type,
+        at("2026-10-01 05:00"),
+        at("2026-10-02 05:00"),
+        {**params, "reload_streams": ["core"]},
+        ALL,
+    )
+    script = f"set -u\nsuffix=harbour\nrun=()\n{lines}\n"
+    script += 'echo "$TAP_GUESTDATA_START_DATE $TAP_GUESTDATA_END_DATE|$TAP_GUESTDATA__SELECT'
+    script += '|$suffix|${run[*]}"'
+    shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    assert shell.stdout.strip().split("|") == [
+        "2026-10-01 2026-10-01",
+        '["guests.*", "read_windows.*"]',
+        "harbour-reload-2026-10-01-2026-10-01",
+        "--no-install --state-id-suffix=harbour-reload-2026-10-01-2026-10-01 --full-refresh",
+    ]
+
+
+def test_a_reload_with_nothing_of_the_task_to_read_is_skipped() -> None:
+    lines = reload_lines(
+        "backfill",
+        at("2026-10-01 05:00"),
+        at("2026-10-02 05:00"),
+        {"reload_streams": ["stats"]},
+        ALL,
+    )
+    shell = subprocess.run(["bash", "-c", lines], capture_output=True, text=True, check=False)
+    assert shell.returncode == 99, "Airflow marks the task skipped"
+    assert "nothing of this task's streams to reload for 2026-10-01 to 2026-10-01" in shell.stdout
+
+
+def test_a_reload_without_a_data_interval_says_what_it_needs() -> None:
+    with pytest.raises(ReloadError, match="data interval"):
+        reload_lines("manual", None, None, {"reload": True}, ALL)
