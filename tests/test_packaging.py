@@ -77,6 +77,10 @@ def test_tap_wheel_ships_the_tap_its_schemas_and_the_airflow_helpers(
     helpers = {f"tap_guestdata/airflow/{p.name}" for p in ROOT.glob("tap_guestdata/airflow/*.py")}
     assert "tap_guestdata/airflow/dags.py" in helpers and helpers <= names
     assert "tap-guestdata = tap_guestdata.tap:TapGuestData.cli" in entry_points(tap_wheel)
+    # Airflow's plugin registry finds the load tasks' priority (daily runs before backfills).
+    assert "[airflow.plugins]\ntap_guestdata = tap_guestdata.airflow.priority:GuestdataPlugin" in (
+        entry_points(tap_wheel)
+    )
 
 
 def test_tap_wheel_ships_no_sandbox_and_no_test_code(tap_wheel: zipfile.ZipFile) -> None:
