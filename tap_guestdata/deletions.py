@@ -111,10 +111,10 @@ def unread_history(stream: GuestDataStream, context: Context | None) -> str | No
 
 def note_row_read(stream: GuestDataStream, row: dict[str, Any]) -> None:
     """Count the distinct rows of each venue this read returned inside its recorded window,
-    which ends at the sync start (the window's integrity check in the warehouse). The cursor is
-    already UTC text here (post_process), so it compares as a string."""
+    which ends at the run's window end (the window's integrity check in the warehouse). The
+    cursor is already UTC text here (post_process), so it compares as a string."""
     cursor = row.get(stream.replication_key or "")
-    if isinstance(cursor, str) and cursor < stream.runtime.sync_started_utc:
+    if isinstance(cursor, str) and cursor < stream.runtime.window_end_utc:
         stream.rows_read_by_venue.setdefault(row.get("venue_id"), set()).add(row.get("id"))
 
 
@@ -139,12 +139,13 @@ def record_window(stream: GuestDataStream, context: Context | None, scope: ReadS
     since = stream.window_params(context).get(stream.window.since)
     covers_from = windows.parse_boundary(since) if since else EPOCH
     started = stream.sync_started_at.isoformat()
+    covers_until = stream.runtime.window_end.isoformat()  # never wider than was read (end_date)
     read = {
         "stream": stream.name,
         "read_version": run_version(stream),
         "read_started_at": started,
         "covers_from": covers_from.isoformat(),
-        "covers_until": started,  # rows read before the run started: older versions
+        "covers_until": covers_until,
         "completed_at": dt.datetime.now(windows.UTC).isoformat(),
     }
     for venue_id in venue_ids:
@@ -158,7 +159,7 @@ def record_window(stream: GuestDataStream, context: Context | None, scope: ReadS
         "flagged deleted by the dbt project",
         stream.name,
         since or "the first day",
-        stream.sync_started_at.isoformat(),
+        covers_until,
         len(venue_ids),
     )
     return None
