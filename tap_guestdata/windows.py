@@ -134,8 +134,6 @@ class TimeWindow:
             since = parse_boundary(start) - dt.timedelta(days=lookback_days)
             if start_date is not None:
                 since = max(since, parse_boundary(start_date))
-            if since > until:  # spec 4.4.5 refuses it: a bookmark past end_date
-                since = start_of_london_day(last_day(until))  # re-reads the window's last day
             params[self.since] = (
                 london_day(since).isoformat() if self.dates else instant_param(since)
             )

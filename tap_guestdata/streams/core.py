@@ -134,7 +134,6 @@ class _DailyStatistics(GuestDataStream):
             first = max(first, windows.london_day(self.runtime.settings.start_date))
         bookmark = self.bookmark(context)
         if bookmark is not None:
-            # past end_date (a daily state given an end_date): no day to read
             return max(first, dt.date.fromisoformat(bookmark) - dt.timedelta(self.lookback_days()))
         if (history_days := self.runtime.settings.stats_history_days) is not None:
             # the last N days, the last day read included
