@@ -20,8 +20,9 @@ hard_delete, gone). Here it goes out at the end, and only when the read was comp
   retries ends the run; an empty page does not end the listing, `LastPagePaginator`), and no
   403 closed the stream's group (spec 4.5);
 - a windowed stream (guests) read from the beginning: no `from`, or a `from` on or before the
-  London day the account's first venue opened (no guest can be older), and did not resume an
-  interrupted read (whose newer rows the killed run read).
+  London day the account's first venue opened (no guest can be older), up to the run's start
+  (no `end_date` before it), and did not resume an interrupted read (whose newer rows the
+  killed run read).
 
 Otherwise one line says why deletions were not checked, and nothing is marked.
 
@@ -91,6 +92,9 @@ def unread_history(stream: GuestDataStream, context: Context | None) -> str | No
         return None
     if resumed := resumed_read(stream, context):
         return resumed
+    if stream.runtime.window_end < stream.sync_started_at:
+        last_day = windows.last_day(stream.runtime.window_end).isoformat()
+        return f"the window ends on {last_day} (end_date), newer rows were not read"
     since = stream.window_params(context).get(stream.window.since)
     if since is None:
         return None

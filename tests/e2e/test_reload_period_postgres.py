@@ -31,7 +31,7 @@ from psycopg.rows import dict_row
 
 from demo_pipeline import TARGET_SCHEMA, Destination, same_value
 from guestdata_sandbox.testing import SandboxProcess
-from support.pipeline import MeltanoProject, sandbox_project, throwaway_database
+from support.pipeline import MeltanoProject, business, throwaway_database
 from support.sandbox import last_seq
 from support.streams import key_of, truth_rows
 from support.tap_suite import PATH_GROUPS, param, requests_for
@@ -89,8 +89,7 @@ class Period:
 
     def holds(self, value: str | dt.date) -> bool:
         """A time (text or loaded) or a day inside the period, by London day."""
-        is_day = isinstance(value, dt.date) and not isinstance(value, dt.datetime)
-        day = value if is_day else windows.london_day(value)  # type: ignore[arg-type]
+        day = windows.london_day(value) if isinstance(value, str | dt.datetime) else value
         return self.first <= day <= self.last
 
     def london(self, day: dt.date, hour: int, minute: int) -> str:
@@ -100,21 +99,9 @@ class Period:
 
 
 @pytest.fixture(scope="module")
-def database(pg_server: Destination) -> Iterator[str]:
+def meltano_database(pg_server: Destination) -> Iterator[str]:
     with throwaway_database(pg_server, "guestdata_reload") as name:
         yield name
-
-
-@pytest.fixture(scope="module")
-def meltano(
-    meltano_installed: None,
-    module_sandbox: SandboxProcess,
-    pg_server: Destination,
-    database: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> MeltanoProject:
-    log_dir = tmp_path_factory.mktemp("meltano-logs")
-    return sandbox_project(module_sandbox.base_url, pg_server, database, log_dir)
 
 
 def rows(conninfo: str, stream: str) -> list[dict[str, Any]]:
@@ -127,14 +114,9 @@ def table(conninfo: str, stream: str) -> dict[tuple, dict[str, Any]]:
     return {key_of(stream, row): row for row in rows(conninfo, stream)}
 
 
-def business(row: dict[str, Any]) -> dict[str, Any]:
-    """A row without the target's bookkeeping (_sdc_*), which every load rewrites."""
-    return {name: value for name, value in row.items() if not name.startswith("_sdc_")}
-
-
 def state(meltano: MeltanoProject, state_id: str) -> dict[str, Any]:
     result = meltano.run("--environment=dev", "state", "get", state_id)
-    return json.loads(result.stdout[result.stdout.index("{") :])  # type: ignore[no-any-return]
+    return json.loads(result.stdout[result.stdout.index("{") :])
 
 
 def differences(expected: dict[str, Any], loaded: dict[str, Any]) -> list[str]:
@@ -150,9 +132,7 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
     module_sandbox: SandboxProcess,
     module_truth: Callable[[], dict],
     database: str,
-    pg_server: Destination,
 ) -> None:
-    conninfo = pg_server.conninfo(database)
     period = Period.about_100_days_back()
     venues = truth_rows(module_truth(), "venues")
     old_enough = [v for v in venues if windows.london_day(v["created_at"]) < period.first]
@@ -165,7 +145,7 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
 
     meltano.run(*DAILY_LOAD)
     daily_state = state(meltano, DAILY_STATE_ID)
-    before = {stream: table(conninfo, stream) for stream in DATED_STREAMS}
+    before = {stream: table(database, stream) for stream in DATED_STREAMS}
     assert (deleted_inside,) in before["guests"]
 
     # The sandbox changes inside the period (and just outside it).
@@ -191,7 +171,7 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
     args, env = reload_command(period.first, period.last)
     meltano.run(*args, extra_env=env)
     log = module_sandbox.requests_log(after=after_seq)
-    after = {stream: table(conninfo, stream) for stream in DATED_STREAMS}
+    after = {stream: table(database, stream) for stream in DATED_STREAMS}
 
     # The warehouse holds the sandbox's truth for the period.
     problems: list[str] = []
@@ -271,7 +251,7 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
     assert not dated_outside, dated_outside[:5]
 
     # read_windows covers exactly the period: dbt flags the guest deleted inside it, no other.
-    read_windows = rows(conninfo, "read_windows")
+    read_windows = rows(database, "read_windows")
     newest = max(row["read_version"] for row in read_windows)
     reads = [row for row in read_windows if row["read_version"] == newest]
     assert {row["venue_id"] for row in reads} == {venue["id"] for venue in venues}
@@ -280,7 +260,7 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
     meltano.run("--environment=dev", "run", "dbt-postgres:run")
     flagged = {
         key[0]
-        for key, row in table(conninfo, "guests").items()
+        for key, row in table(database, "guests").items()
         if row["_sdc_deleted_at"] is not None
     }
     assert flagged == {deleted_inside}

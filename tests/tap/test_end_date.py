@@ -200,6 +200,30 @@ def test_read_windows_cover_exactly_the_period(period_sync: Sync, period: Period
         assert row["rows_read"] == sum(1 for g in guests if g["venue_id"] == row["venue_id"])
 
 
+def test_a_read_up_to_end_date_from_the_first_day_deletes_nothing_after_it(
+    sandbox: SandboxProcess, period: Period
+) -> None:
+    """No start_date: guests are read from the first day, but only to end_date, so no
+    ACTIVATE_VERSION (it would mark every newer guest deleted); read_windows says what was read."""
+    config = tap_config(sandbox, end_date=period.last.isoformat())
+    catalog = select_streams(discover(config), ["guests", "read_windows"])
+    result = sync(sandbox, config, catalog=catalog)
+    assert result.run.returncode == 0, result.run.stderr[-3000:]
+    assert "guests" not in result.run.activated, result.run.activated
+    end = period.end.astimezone(dt.timezone.utc).isoformat()
+    assert f"Deletions: guests: every row from the first day to {end} was read" in (
+        result.run.stderr
+    )
+    reads = result.records("read_windows")
+    assert reads and {parse_instant(row["covers_until"]) for row in reads} == {period.end}
+    expected = [
+        row
+        for row in truth_rows(result.truth, "guests")
+        if london_day_of(row["visited_at"]) <= period.last
+    ]
+    assert stream_problems("guests", result.records("guests"), expected) == []
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
