@@ -160,8 +160,8 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
     outside = module_sandbox.mutate(
         "add_guests", venue_id=venue_id, visited_at=period.london(day_after, 0, 30)
     )["ids"]
-    newest = max(truth_rows(module_truth(), "guests"), key=lambda row: row["visited_at"])
-    deleted_outside = newest["id"]
+    newest_guest = max(truth_rows(module_truth(), "guests"), key=lambda row: row["visited_at"])
+    deleted_outside = newest_guest["id"]
     assert (deleted_outside,) in before["guests"]
     for guest_id in (deleted_inside, deleted_outside):
         module_sandbox.mutate("delete_guest", guest_id=guest_id)
@@ -252,8 +252,8 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
 
     # read_windows covers exactly the period: dbt flags the guest deleted inside it, no other.
     read_windows = rows(database, "read_windows")
-    newest = max(row["read_version"] for row in read_windows)
-    reads = [row for row in read_windows if row["read_version"] == newest]
+    reload_version = max(row["read_version"] for row in read_windows)
+    reads = [row for row in read_windows if row["read_version"] == reload_version]
     assert {row["venue_id"] for row in reads} == {venue["id"] for venue in venues}
     assert {row["covers_until"] for row in reads} == {end}
     assert {row["covers_from"] for row in reads} == {windows.start_of_london_day(period.first)}
