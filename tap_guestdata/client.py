@@ -139,15 +139,20 @@ class GuestDataStream(ChildPrefetch, RESTStream[int]):
         key = self.state_key(context)
         if key not in self._window_params:
             self._window_params[key] = self.window.params(
-                self.window_start(context), self.window_until(context), self.lookback_days()
+                self.window_start(context),
+                self.window_until(context),
+                self.lookback_days(),
+                start_date=self.runtime.settings.start_date,
             )
         return self._window_params[key]
 
     def window_until(self, context: Context | None) -> dt.datetime:
-        """The window's upper bound: the sync start, or where an interrupted run got to."""
+        """The window's upper bound: the run's window end (the sync start, or the end of
+        end_date's London day, windows.window_end), or where an interrupted run got to."""
         progress = self.listing_progress(context)
         resume_until = progress.until() if progress is not None else None
-        return resume_until or self.sync_started_at
+        end = self.runtime.window_end
+        return min(resume_until, end) if resume_until is not None else end
 
     def bookmark(self, context: Context | None) -> str | None:
         """The previous run's bookmark of this partition (progress of this run is kept apart

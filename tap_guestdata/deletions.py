@@ -20,8 +20,9 @@ hard_delete, gone). Here it goes out at the end, and only when the read was comp
   retries ends the run; an empty page does not end the listing, `LastPagePaginator`), and no
   403 closed the stream's group (spec 4.5);
 - a windowed stream (guests) read from the beginning: no `from`, or a `from` on or before the
-  London day the account's first venue opened (no guest can be older), and did not resume an
-  interrupted read (whose newer rows the killed run read).
+  London day the account's first venue opened (no guest can be older), up to the run's start
+  (no `end_date` before it), and did not resume an interrupted read (whose newer rows the
+  killed run read).
 
 Otherwise one line says why deletions were not checked, and nothing is marked.
 
@@ -91,6 +92,9 @@ def unread_history(stream: GuestDataStream, context: Context | None) -> str | No
         return None
     if resumed := resumed_read(stream, context):
         return resumed
+    if stream.runtime.window_end < stream.sync_started_at:
+        last_day = windows.last_day(stream.runtime.window_end).isoformat()
+        return f"the window ends on {last_day} (end_date), newer rows were not read"
     since = stream.window_params(context).get(stream.window.since)
     if since is None:
         return None
@@ -111,10 +115,10 @@ def unread_history(stream: GuestDataStream, context: Context | None) -> str | No
 
 def note_row_read(stream: GuestDataStream, row: dict[str, Any]) -> None:
     """Count the distinct rows of each venue this read returned inside its recorded window,
-    which ends at the sync start (the window's integrity check in the warehouse). The cursor is
-    already UTC text here (post_process), so it compares as a string."""
+    which ends at the run's window end (the window's integrity check in the warehouse). The
+    cursor is already UTC text here (post_process), so it compares as a string."""
     cursor = row.get(stream.replication_key or "")
-    if isinstance(cursor, str) and cursor < stream.runtime.sync_started_utc:
+    if isinstance(cursor, str) and cursor < stream.runtime.window_end_utc:
         stream.rows_read_by_venue.setdefault(row.get("venue_id"), set()).add(row.get("id"))
 
 
@@ -139,12 +143,13 @@ def record_window(stream: GuestDataStream, context: Context | None, scope: ReadS
     since = stream.window_params(context).get(stream.window.since)
     covers_from = windows.parse_boundary(since) if since else EPOCH
     started = stream.sync_started_at.isoformat()
+    covers_until = stream.runtime.window_end.isoformat()  # never wider than was read (end_date)
     read = {
         "stream": stream.name,
         "read_version": run_version(stream),
         "read_started_at": started,
         "covers_from": covers_from.isoformat(),
-        "covers_until": started,  # rows read before the run started: older versions
+        "covers_until": covers_until,
         "completed_at": dt.datetime.now(windows.UTC).isoformat(),
     }
     for venue_id in venue_ids:
@@ -158,7 +163,7 @@ def record_window(stream: GuestDataStream, context: Context | None, scope: ReadS
         "flagged deleted by the dbt project",
         stream.name,
         since or "the first day",
-        stream.sync_started_at.isoformat(),
+        covers_until,
         len(venue_ids),
     )
     return None

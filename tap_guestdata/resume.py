@@ -82,7 +82,8 @@ class ListingProgress:
 class MemberWalk:
     """How far the member walk (members newest first, each member's ledger) got.
 
-    `started_at` is the interrupted run's sync start: the resumed run reads the same ledger
+    `started_at` is the interrupted run's window end (its sync start, or the end of its
+    end_date's London day: windows.window_end): the resumed run reads the same ledger
     window (`until`) and ends with the same members bookmark, so nothing changed in between is
     claimed as read. Members created after that start have no ledger line in the window, so
     "done" is every member newer than the boundary, plus the ids written at the boundary.

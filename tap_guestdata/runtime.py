@@ -118,8 +118,10 @@ class Runtime:
         self.settings = settings
         self.logger = logger
         self.sync_started_at = sync_started_at
+        # Where every window of this run ends (windows.window_end: the start, or end_date's end).
+        self.window_end = windows.window_end(sync_started_at, settings.end_date)
         # As bookmarks are rendered, for string comparison with each row's cursor (deletions.py).
-        self.sync_started_utc = windows.utc_text(sync_started_at)
+        self.window_end_utc = windows.utc_text(self.window_end)
         self.keys = KeyPool(
             list(settings.keys),
             settings.requests_per_minute,

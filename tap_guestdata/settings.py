@@ -50,7 +50,22 @@ SETTINGS_SCHEMA: dict[str, Any] = th.PropertiesList(
         "start_date",
         th.StringType,
         description="Earliest data for time-windowed streams on a first run: YYYY-MM-DD (a "
-        "Europe/London day) or an ISO 8601 instant with offset; not in the future.",
+        "Europe/London day) or an ISO 8601 instant with offset; not in the future. A lookback "
+        "re-reads days before a bookmark, never before start_date.",
+    ),
+    th.Property(
+        "end_date",
+        th.StringType,
+        description="The last day read, inclusive: YYYY-MM-DD (a Europe/London day), on or "
+        "after start_date. guests, daily_stats and daily_account_stats read the London days "
+        "from start_date to end_date; rewards, redemptions and member_ledger read up to the "
+        "end of end_date's London day; members are listed whole (their ledgers read up to "
+        "that end). account, venues, offers, offer_stats, programme, programme_venues and "
+        "tiers have no time window and ignore start_date and end_date. Unset, today or later: "
+        "up to the run's start. No bookmark is written past the end of end_date. To re-load a "
+        "period without touching the daily state, run it under its own state id: "
+        "`meltano run --full-refresh --state-id-suffix=reload-START-END tap-guestdata "
+        "TARGET` with TAP_GUESTDATA_START_DATE and TAP_GUESTDATA_END_DATE set.",
     ),
     th.Property(
         "requests_per_minute",
@@ -188,6 +203,7 @@ class Settings:
     keys: tuple[str, ...]
     base_url: str
     start_date: str | None
+    end_date: str | None
     requests_per_minute: int
     rate_limit_window_seconds: float
     rate_budget_store: str
@@ -213,6 +229,7 @@ class Settings:
             keys=tuple(api_keys(config)),
             base_url=str(config["base_url"]).rstrip("/"),
             start_date=config.get("start_date") or None,
+            end_date=config.get("end_date") or None,
             requests_per_minute=int(config["requests_per_minute"]),
             rate_limit_window_seconds=float(config["rate_limit_window_seconds"]),
             rate_budget_store=str(config["rate_budget_store"]).strip(),
@@ -253,6 +270,8 @@ def validate(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
         errors += _base_url_errors(config["base_url"])
     if isinstance(config.get("start_date"), str):
         errors += _start_date_errors(config["start_date"])
+    if isinstance(config.get("end_date"), str):
+        errors += _end_date_errors(config["end_date"], config.get("start_date"))
     return list(dict.fromkeys(errors))
 
 
@@ -335,6 +354,25 @@ def _start_date_errors(value: str) -> list[str]:
             "with offset, e.g. 2024-01-31T00:00:00+00:00"
         ]
     return [f"start_date: {value!r} is in the future"] if future else []
+
+
+def _end_date_errors(value: str, start_date: Any) -> list[str]:
+    """end_date is a London day (inclusive) not before start_date's; today or later is fine
+    (the run reads up to its start)."""
+    try:
+        day = dt.date.fromisoformat(value) if windows.is_bare_date(value) else None
+    except ValueError:
+        return [f"end_date: {value!r} is not a valid date"]
+    if day is None:
+        return [f"end_date: {value!r} must be YYYY-MM-DD (a London day, the last one read)"]
+    if isinstance(start_date, str) and not _start_date_errors(start_date):
+        first = windows.london_day(start_date)
+        if day < first:
+            return [
+                f"end_date: {value!r} is before start_date's London day {first.isoformat()}; "
+                "the window would be empty"
+            ]
+    return []
 
 
 def state_errors(state: Any, streams: Mapping[str, Any]) -> list[str]:

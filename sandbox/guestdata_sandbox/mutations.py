@@ -6,6 +6,8 @@ on the dashboard between two syncs.
 
 from __future__ import annotations
 
+import bisect
+import datetime as dt
 import random
 import time
 from typing import Any
@@ -70,25 +72,51 @@ def new_person(data: AccountData, rng: random.Random) -> int:
     return len(data.persons) - 1
 
 
-def add_guests(store: Store, count: int = 1, venue_id: Any = None, account_id: Any = None):
+def add_guests(
+    store: Store,
+    count: int = 1,
+    venue_id: Any = None,
+    account_id: Any = None,
+    visited_at: Any = None,
+):
+    """New guests visiting now, or at `visited_at` (an ISO 8601 instant with offset): arrivals
+    that reach the service late, e.g. from a venue that was offline. /stats counts them on
+    their London day at once (it is computed from the guests held)."""
     data = account_of(store, account_id, venue_id)
     rng, ids = rng_for(store, "guests"), []
+    when = None if visited_at is None else past_instant(str(visited_at))
     for _ in range(int(count)):
         venue = data.venue(int(venue_id)) if venue_id is not None else pick(rng, data.venues)
-        now = now_s()
+        moment = now_s() if when is None else when
+        if moment < venue["created_at"]:
+            raise MutationError(f"venue {venue['id']} did not exist at {visited_at}")
         row = {
             "id": store.dataset.new_id("guests"),
             "venue_id": venue["id"],
             "person": new_person(data, rng),
             "is_return_visit": False,
-            "visited_at": now,
-            "date": london_date(now).isoformat(),
+            "visited_at": moment,
+            "date": london_date(moment).isoformat(),
         }
-        data.guests.append(row)
-        data.guest_times.append(now)
+        at = bisect.bisect_right(data.guest_times, moment)  # the lists stay in time order
+        data.guests.insert(at, row)
+        data.guest_times.insert(at, moment)
         data.guests_by_id[row["id"]] = row
         ids.append(row["id"])
     return {"ids": ids}
+
+
+def past_instant(value: str) -> int:
+    """An ISO 8601 instant with offset, not in the future, to the second like stored times."""
+    try:
+        moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise MutationError(f"{value!r} is not an ISO 8601 instant") from None
+    if moment.tzinfo is None:
+        raise MutationError(f"{value!r} has no UTC offset")
+    if moment.timestamp() > now_s():
+        raise MutationError(f"{value!r} is in the future")
+    return int(moment.timestamp())
 
 
 def set_marketing_consent(store: Store, guest_id: Any, value: Any) -> dict:

@@ -93,8 +93,9 @@ class ReadWindows(GuestDataStream):
 
 class _DailyStatistics(GuestDataStream):
     """One /stats request per London day (spec 2.4, from = to = that day), run by the worker
-    pool; days from max(first venue day, start_date, bookmark - stats_lookback_days) to today.
-    Late sign-ups change recent days, hence the lookback."""
+    pool; days from max(first venue day, start_date, bookmark - stats_lookback_days) to the
+    window's last day (today, or end_date). Late sign-ups change recent days, hence the
+    lookback."""
 
     path = "/stats"
     replication_key = "date"
@@ -108,16 +109,20 @@ class _DailyStatistics(GuestDataStream):
     )
 
     def read_records(self, context: Context | None) -> Iterator[dict[str, Any]]:
-        today = windows.london_day(self.sync_started_at)
-        days = windows.days_between(self.first_day(context), today)
         read_day = partial(self.read_day, context)
         window = 4 * self.runtime.workers
-        for rows in ordered_map(self.runtime.executor, read_day, days, window):
+        for rows in ordered_map(self.runtime.executor, read_day, self.days(context), window):
             yield from rows
 
+    def days(self, context: Context | None) -> list[dt.date]:
+        return windows.days_between(self.first_day(context), self.last_day())
+
     def days_to_read(self, context: Context | None) -> int:
-        today = windows.london_day(self.sync_started_at)
-        return len(windows.days_between(self.first_day(context), today))
+        return len(self.days(context))
+
+    def last_day(self) -> dt.date:
+        """Today, or end_date when that is earlier (windows.window_end)."""
+        return windows.last_day(self.runtime.window_end)
 
     def read_day(self, context: Context | None, day: dt.date) -> list[dict[str, Any]]:
         """One day's request (in a worker thread)."""
@@ -125,14 +130,14 @@ class _DailyStatistics(GuestDataStream):
 
     def first_day(self, context: Context | None) -> dt.date:
         first = self.earliest_day(context)
+        if self.runtime.settings.start_date is not None:  # a lookback never reaches before it
+            first = max(first, windows.london_day(self.runtime.settings.start_date))
         bookmark = self.bookmark(context)
         if bookmark is not None:
             return max(first, dt.date.fromisoformat(bookmark) - dt.timedelta(self.lookback_days()))
         if (history_days := self.runtime.settings.stats_history_days) is not None:
-            today = windows.london_day(self.sync_started_at)  # the last N days, today included
-            first = max(first, today - dt.timedelta(days=history_days - 1))
-        if self.runtime.settings.start_date is not None:
-            return max(first, windows.london_day(self.runtime.settings.start_date))
+            # the last N days, the last day read included
+            first = max(first, self.last_day() - dt.timedelta(days=history_days - 1))
         return first
 
     def earliest_day(self, context: Context | None) -> dt.date:

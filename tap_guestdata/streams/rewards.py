@@ -211,7 +211,8 @@ class Members(RewardsStream):
             if interrupted is not None and (interrupted.with_ledger or not with_ledger):
                 self._walk = interrupted
             else:
-                started_at = windows.utc_text(self.sync_started_at)
+                # the ledger window's end (windows.window_end), kept for a resumed walk
+                started_at = windows.utc_text(self.runtime.window_end)
                 self._walk = MemberWalk(started_at=started_at, with_ledger=with_ledger)
         return self._walk
 
@@ -219,7 +220,10 @@ class Members(RewardsStream):
         """Next run's updated_since: from the walk's start (the interrupted run's, if any)."""
         if self.walk.members_bookmark is None:
             margin = dt.timedelta(seconds=self.runtime.settings.members_margin_seconds)
-            self.walk.members_bookmark = windows.utc_text(self.runtime.members_bookmark(margin))
+            # never past the ledger window's end: members whose points moved after end_date
+            # must be listed again, with their ledgers
+            bookmark = min(self.runtime.members_bookmark(margin), self.runtime.window_end)
+            self.walk.members_bookmark = windows.utc_text(bookmark)
         return self.walk.members_bookmark
 
     def child_already_read(self, row: dict[str, Any]) -> bool:
@@ -270,7 +274,8 @@ class Members(RewardsStream):
 
 class MemberLedger(RewardsStream):
     """Each emitted member's ledger (spec 2.9), fetched by the worker pool. One bookmark for
-    the stream (not one per member); since = that bookmark, until = the sync start."""
+    the stream (not one per member); since = that bookmark, until = the walk's window end (the
+    sync start, or the end of end_date's London day)."""
 
     name = "member_ledger"
     path = "/rewards/members/{member_id}/ledger"
@@ -347,7 +352,7 @@ class Rewards(RewardsStream):
         # every page read: none open means nothing older than this run's window can change
         # (after a resumed run the bookmark, the newest reward, still bounds the next window)
         self.stream_state[self.oldest_open_key] = oldest_open or windows.utc_text(
-            self.sync_started_at
+            self.runtime.window_end
         )
         super().listing_finished(context)
 

@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from demo_pipeline import TARGET_SCHEMA, Destination
 from guestdata_sandbox.testing import SandboxProcess
 from support.deletions import DeletionCase, assert_contact_removed
-from support.pipeline import MeltanoProject, sandbox_project, throwaway_database
+from support.pipeline import MeltanoProject, business, throwaway_database
 from support.streams import truth_rows
 
 pytestmark = pytest.mark.e2e
@@ -49,26 +49,14 @@ AWAITING = "RECONCILIATION WARN reconcile_venue_daily_visits_awaiting_source_del
 
 
 @pytest.fixture(scope="module")
-def database(pg_server: Destination) -> Iterator[str]:
+def meltano_database(pg_server: Destination) -> Iterator[str]:
     with throwaway_database(pg_server, "guestdata_deletions") as name:
         yield name
 
 
 @pytest.fixture(scope="module")
-def meltano(
-    meltano_installed: None,
-    module_sandbox: SandboxProcess,
-    pg_server: Destination,
-    database: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> MeltanoProject:
-    log_dir = tmp_path_factory.mktemp("meltano-logs")
-    return sandbox_project(module_sandbox.base_url, pg_server, database, log_dir)
-
-
-@pytest.fixture(scope="module")
-def conninfo(pg_server: Destination, database: str) -> str:
-    return pg_server.conninfo(database)
+def conninfo(database: str) -> str:
+    return database
 
 
 def query(conninfo: str, statement: sql.Composable) -> list[dict[str, Any]]:
@@ -81,11 +69,6 @@ def raw_guests(conninfo: str) -> dict[int, dict[str, Any]]:
         conninfo, sql.SQL("SELECT * FROM {}").format(sql.Identifier(TARGET_SCHEMA, "guests"))
     )
     return {row["id"]: row for row in rows}
-
-
-def business(row: dict[str, Any]) -> dict[str, Any]:
-    """A row without the target's bookkeeping (_sdc_*), which every load rewrites."""
-    return {name: value for name, value in row.items() if not name.startswith("_sdc_")}
 
 
 def flagged(rows: dict[int, dict[str, Any]]) -> set[int]:

@@ -115,6 +115,29 @@ def test_request_log_records_time_key_path_raw_query_status(fresh_sandbox: Sandb
     assert fresh_sandbox.requests_log() == []
 
 
+def test_a_late_arrival_is_listed_on_its_london_day_and_counted_by_its_stats(
+    fresh_sandbox: SandboxProcess,
+) -> None:
+    server, get = fresh_sandbox, client(fresh_sandbox)
+    venue = min(server.truth(OWNER, resource="venues"), key=lambda row: row["created_at"])
+    day = dt.datetime.fromisoformat(venue["created_at"]).astimezone(LONDON).date()
+    day += dt.timedelta(days=2)
+    window = {"venue_id": venue["id"], "from": day.isoformat(), "to": day.isoformat()}
+    visits = get("/stats", params=window).json()["data"]["visits"]
+    # 00:30 London on a summer day is the day before in UTC: listed on the London day
+    moment = dt.datetime(day.year, day.month, day.day, 0, 30, tzinfo=LONDON)
+    ids = server.mutate("add_guests", count=2, venue_id=venue["id"], visited_at=moment.isoformat())[
+        "ids"
+    ]
+    listed = get("/guests", params={**window, "per_page": 200}).json()["data"]
+    late = [row for row in listed if row["id"] in ids]
+    assert [dt.datetime.fromisoformat(row["visited_at"]) for row in late] == [moment, moment]
+    assert get("/stats", params=window).json()["data"]["visits"] == visits + 2
+    with pytest.raises(SandboxError, match="in the future"):
+        future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+        server.mutate("add_guests", visited_at=future.isoformat())
+
+
 def test_mutations_change_what_the_api_answers(fresh_sandbox: SandboxProcess) -> None:
     server, get = fresh_sandbox, client(fresh_sandbox)
     truth = server.truth(OWNER)

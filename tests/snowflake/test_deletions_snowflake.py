@@ -18,6 +18,7 @@ import pytest
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import assert_every_model_built_and_every_test_passed
 from support.deletions import DeletionCase, assert_contact_removed
+from support.pipeline import business
 from support.snowflake_pipeline import DBT_UTILITY, LOADER, SCHEMA, SnowflakePipeline
 from support.streams import truth_rows
 
@@ -37,10 +38,6 @@ STAGING = f"{SCHEMA}_ANALYTICS_STAGING"
 def raw_guests(pipeline: SnowflakePipeline) -> dict[int, dict[str, Any]]:
     (rows,) = pipeline.warehouse.query(f"SELECT * FROM {SCHEMA}.GUESTS")
     return {row["ID"]: {name.lower(): value for name, value in row.items()} for row in rows}
-
-
-def business(row: dict[str, Any]) -> dict[str, Any]:
-    return {name: value for name, value in row.items() if not name.startswith("_sdc_")}
 
 
 def test_a_refresh_with_start_date_flags_guests_deleted_inside_its_window_under_fakesnow(

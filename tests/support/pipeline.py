@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -79,6 +80,11 @@ def throwaway_database(server: Destination, prefix: str) -> Iterator[str]:
         yield name
     finally:
         drop_database(server, name)
+
+
+def business(row: dict[str, Any]) -> dict[str, Any]:
+    """A loaded row without the target's bookkeeping (_sdc_*), which every load rewrites."""
+    return {name: value for name, value in row.items() if not name.startswith("_sdc_")}
 
 
 def run_in_project(
