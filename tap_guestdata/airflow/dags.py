@@ -614,8 +614,9 @@ def queue_group(
     config = plan.config
     script = "guestdata_refresh_script" if refresh else "guestdata_load_script"
     with TaskGroup(queue, tooltip=f"the accounts on queue {queue}"):
-
-        @task(task_id="plan", **queue_argument(config.queue))
+        # On the queue it plans for: its workers are the ones a deployment has (no API call,
+        # so Airflow's default pool).
+        @task(task_id="plan", **queue_argument(queue_name(queue)))
         def accounts_of(schedule: str | None, queue: str, refresh: bool) -> list[str]:
             """This queue's accounts, from the configuration the worker just parsed."""
             return plan.names(schedule, queue, refresh=refresh)
@@ -651,7 +652,7 @@ def queue_group(
                 outlets=[MODELS_ASSET],
                 map_index_template=ACCOUNT_LABEL,
                 doc_md=BUILD_DOC,
-                **queue_argument(config.queue),
+                **queue_argument(queue_name(queue)),  # the account's workers have its project
             )
             load >> build
 

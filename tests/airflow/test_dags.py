@@ -401,6 +401,9 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
                 "{{ guestdata_account_keys(task.account) }}"
             ), "every key of its account, found on the worker"
             assert load["skip_on_exit_code"] == [99]
+            # Every task of the queue's group on its queue: a deployment's workers serve those.
+            group_tasks = [t for i, t in dag["tasks"].items() if i.startswith(f"{queue}.")]
+            assert {t["queue"] for t in group_tasks} == {queue}
             assert load["priority"] == {"scheduled": 10, "backfill": 1}, "daily runs first"
             assert queue_of_account.setdefault(account, queue) == queue, "one queue each"
             script = planned["script"]
