@@ -77,7 +77,8 @@ def chosen_streams(requested: Iterable[str], task_streams: Sequence[str]) -> lis
 
 
 def is_reload(run_type: object, params: Mapping[str, Any]) -> bool:
-    return str(run_type) == BACKFILL_RUN_TYPE or bool(params.get("reload"))
+    # The run's DagRunType is a str enum: its value, not str() ("DagRunType.BACKFILL_JOB").
+    return getattr(run_type, "value", run_type) == BACKFILL_RUN_TYPE or bool(params.get("reload"))
 
 
 def reload_lines(

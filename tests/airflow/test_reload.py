@@ -5,6 +5,7 @@ The rendered commands are checked in test_dags.py and run for real in test_dag_r
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import subprocess
 
 import pytest
@@ -19,6 +20,11 @@ from tap_guestdata.airflow.reload import (
 
 UTC = dt.timezone.utc
 ALL = ["account", "venues", "guests", "read_windows", "members", "member_ledger", "offers"]
+
+
+class DagRunType(str, enum.Enum):  # as the task's context gives it (airflow.utils.types)
+    BACKFILL_JOB = "backfill"
+    MANUAL = "manual"
 
 
 def at(text: str) -> dt.datetime:
@@ -57,14 +63,23 @@ def test_params_choose_windowed_streams_of_the_task_in_its_order() -> None:
         chosen_streams(["offers"], ALL)
 
 
-def test_a_daily_run_gets_no_reload_lines() -> None:
-    lines = reload_lines("scheduled", at("2026-10-01 05:00"), at("2026-10-02 05:00"), {}, ALL)
+@pytest.mark.parametrize("run_type", ["scheduled", DagRunType.MANUAL])
+def test_a_daily_run_gets_no_reload_lines(run_type: object) -> None:
+    lines = reload_lines(run_type, at("2026-10-01 05:00"), at("2026-10-02 05:00"), {}, ALL)
     assert lines == "# a daily run: Meltano state drives the window"
 
 
-@pytest.mark.parametrize(("run_type", "params"), [("backfill", {}), ("manual", {"reload": True})])
+@pytest.mark.parametrize(
+    ("run_type", "params"),
+    [
+        ("backfill", {}),
+        (DagRunType.BACKFILL_JOB, {}),
+        ("manual", {"reload": True}),
+        (DagRunType.MANUAL, {"reload": True}),
+    ],
+)
 def test_a_backfill_run_or_a_reload_param_reads_its_days_under_its_own_state_id(
-    run_type: str, params: dict[str, object]
+    run_type: object, params: dict[str, object]
 ) -> None:
     lines = reload_lines(
         run_type,
