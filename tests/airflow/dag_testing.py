@@ -146,10 +146,10 @@ def pipeline_airflow(
     return runner
 
 
-def state_ids(airflow: Airflow) -> list[str]:
-    """Meltano's state ids of the dev environment, after the DAGs ran."""
+def meltano_state_command(airflow: Airflow, *args: str) -> str:
+    """`meltano --environment=dev state ARGS` in the DAGs' environment: its output."""
     result = subprocess.run(
-        [str(MELTANO), "--environment=dev", "state", "list"],
+        [str(MELTANO), "--environment=dev", "state", *args],
         cwd=PROJECT_ROOT,
         env=airflow.env,
         capture_output=True,
@@ -157,4 +157,15 @@ def state_ids(airflow: Airflow) -> list[str]:
         timeout=120,
         check=True,
     )
-    return sorted(line.strip() for line in result.stdout.splitlines() if line.startswith("dev:"))
+    return result.stdout
+
+
+def state_ids(airflow: Airflow) -> list[str]:
+    """Meltano's state ids of the dev environment, after the DAGs ran."""
+    output = meltano_state_command(airflow, "list")
+    return sorted(line.strip() for line in output.splitlines() if line.startswith("dev:"))
+
+
+def meltano_state(airflow: Airflow, state_id: str) -> str:
+    """`meltano state get` of a state id (what the next run of it would start from)."""
+    return meltano_state_command(airflow, "get", state_id).strip()

@@ -12,7 +12,6 @@ Airflow process is a subprocess (see dag_testing.py).
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -24,7 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dag_testing import MELTANO, PROJECT_ROOT, Airflow, AirflowFactory, demo_pipeline, state_ids
+from dag_testing import Airflow, AirflowFactory, demo_pipeline, meltano_state, state_ids
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 
@@ -51,20 +50,6 @@ GROUPS = ("core", "members", "rewards", "offers", "stats")
 KEYS = set(OWNER_KEYS[:3])
 LONDON = ZoneInfo("Europe/London")
 DAILY_STATE_ID = "dev:tap-guestdata-to-target-postgres"  # the single task's plain state id
-
-
-def meltano_state(airflow: Airflow, state_id: str) -> str:
-    """`meltano state get` of a state id (what the next run of it would start from)."""
-    result = subprocess.run(
-        [str(MELTANO), "--environment=dev", "state", "get", state_id],
-        cwd=PROJECT_ROOT,
-        env=airflow.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return result.stdout.strip()
 
 
 @pytest.fixture(scope="module")
