@@ -521,12 +521,16 @@ class AccountsPlan:
         self.accounts = {account.name: account for account in accounts.accounts}
         self.specs = plan_tasks(accounts)
         self.queue_order = accounts.queues
+        # By account, once: the plan task looks up every account (10,000 x every spec else).
+        self.specs_by_account: dict[str, list[TaskSpec]] = {}
+        for spec in self.specs:
+            self.specs_by_account.setdefault(spec.account, []).append(spec)
 
     def specs_of(self, name: str, *, refresh: bool) -> list[TaskSpec]:
         return [
             spec
-            for spec in self.specs
-            if spec.account == name and (spec.group == REFRESH_GROUP) == refresh
+            for spec in self.specs_by_account.get(name, [])
+            if (spec.group == REFRESH_GROUP) == refresh
         ]
 
     def names(self, schedule: str | None, queue: str, *, refresh: bool) -> list[str]:
