@@ -7,9 +7,10 @@ The other revision is checked out in a temporary git worktree and run by this ve
 with that worktree first on PYTHONPATH (same dependencies, its own `tap_guestdata`). Each
 revision runs a full sync (no state) then an incremental one (its own state), every stream
 selected (read_windows too). Before comparing, values of the run itself are replaced by a
-placeholder: instants at or after the first run's start (extraction times, bookmarks taken
-from the sync start, the windows' `until`), and table versions (epoch milliseconds). Requests
-are compared as a sorted list (worker threads send in any order). Exit 0: identical.
+placeholder: instants from a minute before the first run's start on (extraction times,
+bookmarks taken from the sync start less its margin, the windows' `until`), and table
+versions (epoch milliseconds). Requests are compared as a sorted list (worker threads send in
+any order). Exit 0: identical.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def normalised(value: Any, since: dt.datetime, key: str = "") -> Any:
         return VERSION
     if isinstance(value, dict):
         return {name: normalised(item, since, name) for name, item in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [normalised(item, since) for item in value]
     if isinstance(value, str):
         return INSTANT.sub(lambda match: run_time(match.group(0), since), value)
@@ -160,7 +161,9 @@ def main() -> None:
     parser.add_argument("--size", default="small", choices=["small", "medium", "large"])
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
-    since = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(seconds=1)
+    # The runs' own instants: from the first run's start less the members bookmark's margin
+    # (members_margin_seconds, 60 by default) on; the data's instants are older.
+    since = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) - dt.timedelta(seconds=62)
     names = (args.ref, "this work tree")
     with (
         checkout(args.ref) as other,
