@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from functools import cached_property
+from functools import partial
 from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -30,7 +30,7 @@ from singer_sdk.schema.source import SchemaDirectory, StreamSchema
 from tap_guestdata import drift, planning, reading, windows
 from tap_guestdata.deletions import FollowDeletions, row_version
 from tap_guestdata.http.paging import PER_PAGE, LastPagePaginator, NewestFirstPages, body_of
-from tap_guestdata.prefetch import ChildPrefetch, PartitionKey, partition_key
+from tap_guestdata.prefetch import ChildPrefetch
 from tap_guestdata.resuming import Resume
 from tap_guestdata.transport import Transport
 from tap_guestdata.window_policy import WindowPolicy
@@ -77,6 +77,7 @@ class GuestDataStream(RESTStream[int]):
         self.deletions = self.deletions.bound(self) if self.deletions else None
         self._listing_guard = threading.local()  # this thread's listing's NewestFirstPages
         self.counter: StreamCounters | None = None  # this stream's summary figures, if selected
+        self.utc_cursor_key: str | None = None  # a timestamp cursor, rendered in UTC
 
     # ------------------------------------------------------------------ the run it belongs to
 
@@ -88,16 +89,6 @@ class GuestDataStream(RESTStream[int]):
     def streams_of_tap(self) -> Mapping[str, Any]:
         """Every stream of this tap by name (the SDK keeps the tap as `_tap`, unnamed)."""
         return self._tap.streams
-
-    def sibling(self, stream_type: type[SiblingStream]) -> SiblingStream:
-        """This tap's stream of that type: one instance per name, shared state and answers."""
-        for stream in self.streams_of_tap.values():
-            if type(stream) is stream_type:
-                return stream
-        raise LookupError(f"{stream_type.__name__} is not a stream of this tap")
-
-    def state_key(self, context: Context | None) -> PartitionKey:
-        return partition_key(self.state_manager.get_state_partition_context(context))
 
     # ------------------------------------------------------------------ requests (transport.py)
 
@@ -157,26 +148,17 @@ class GuestDataStream(RESTStream[int]):
         """The stream's rows, its parts told what happened; none when its group is forbidden
         (spec 4.5)."""
         if reason := self.runtime.gate.reason(self.scopes):
-            reading.tell_failed(self.read_observers(), context, reason)
+            reading.tell_failed(read_observers(self), context, reason)
             return
         self.counter = self.runtime.counters_for(self.name) if self.selected else None
+        timestamps = self.replication_key and self.is_timestamp_replication_key
+        self.utc_cursor_key = self.replication_key if timestamps else None
         yield from reading.read_told(
             lambda: self.read_records(context),
-            self.read_observers(),
+            read_observers(self),
             context,
             forbidden=self.transport.forbidden,
         )
-
-    def read_observers(self) -> list[reading.ReadObserver]:
-        """Who is told of a read: resume, deletions (when selected), checkpoints, progress."""
-        observers: list[reading.ReadObserver] = [self.resume]
-        if self.deletions is not None and self.selected:
-            observers.append(self.deletions)
-        if self.parent_stream_type is None:
-            names = [self.name, *(child.name for child in self.child_streams)]
-            observers.append(reading.Checkpointing(self.runtime.checkpoints, self.checkpoint))
-            observers.append(reading.ProgressTelling(self.runtime.progress, names))
-        return observers
 
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         """The rows of one partition; streams override this for non-list endpoints."""
@@ -194,11 +176,6 @@ class GuestDataStream(RESTStream[int]):
         finally:
             self._listing_guard.pages = None
 
-    def checkpoint(self) -> None:
-        """A STATE message now, carrying how far this stream got (resume markers)."""
-        self.resume.markers()
-        self._tap.state_writer.write_state(self.tap_state)
-
     def post_process(
         self, row: dict[str, Any], context: Context | None = None
     ) -> dict[str, Any] | None:
@@ -214,13 +191,6 @@ class GuestDataStream(RESTStream[int]):
             self.counter.records += 1
         return row
 
-    @cached_property
-    def utc_cursor_key(self) -> str | None:
-        """The cursor rendered in UTC (a timestamp replication key), or None."""
-        if self.replication_key and self.is_timestamp_replication_key:
-            return self.replication_key
-        return None
-
     def write_activate_version(self, version: int) -> None:
         """ACTIVATE_VERSION for this stream under each of its aliases (stream maps): the SDK's
         own writer, which it calls only before a full-table sync (override register)."""
@@ -228,6 +198,29 @@ class GuestDataStream(RESTStream[int]):
 
     def compare_start_date(self, value: str, start_date_value: str) -> str:
         return max(value, start_date_value, key=windows.parse_boundary)
+
+
+def sibling(stream: GuestDataStream, stream_type: type[SiblingStream]) -> SiblingStream:
+    """The tap's stream of that type: one instance per name, shared state and answers."""
+    for other in stream.streams_of_tap.values():
+        if type(other) is stream_type:
+            return other
+    raise LookupError(f"{stream_type.__name__} is not a stream of this tap")
+
+
+def read_observers(stream: GuestDataStream) -> list[reading.ReadObserver]:
+    """Who is told of a read: resume, deletions (when selected), checkpoints, progress."""
+    observers: list[reading.ReadObserver] = [stream.resume]
+    if stream.deletions is not None and stream.selected:
+        observers.append(stream.deletions)
+    if stream.parent_stream_type is None:
+        tap = stream._tap  # the SDK's; its state writer sends STATE (resume.py)
+        names = [stream.name, *(child.name for child in stream.child_streams)]
+        write_state = partial(tap.state_writer.write_state, stream.tap_state)
+        checkpoints = stream.runtime.checkpoints
+        observers.append(reading.Checkpointing(checkpoints, stream.resume.markers, write_state))
+        observers.append(reading.ProgressTelling(stream.runtime.progress, names))
+    return observers
 
 
 def utc_cursor(stream: str, row: dict[str, Any], key: str, value: Any) -> str:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 
 from tap_guestdata import windows
-from tap_guestdata.host import Part, StreamHost
+from tap_guestdata.host import Part, PartitionKey, StreamHost, state_key
 from tap_guestdata.http.paging import PAGES_REMEMBERED, PER_PAGE
 from tap_guestdata.window_policy import bookmark
 
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
 
     from tap_guestdata.resuming import Resume
-    from tap_guestdata.window_policy import PartitionKey, WindowPolicy
+    from tap_guestdata.window_policy import WindowPolicy
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=windows.UTC)  # a window with no lower bound
 READ_WINDOWS = "read_windows"  # the stream that carries the windows read (streams/core.py)
@@ -80,7 +80,6 @@ class DeletionsHost(StreamHost, Protocol):
     @property
     def resume(self) -> Resume: ...
 
-    def state_key(self, context: Context | None) -> PartitionKey: ...
     def write_activate_version(self, version: int) -> None: ...
 
 
@@ -148,7 +147,7 @@ class FollowDeletions(Part):
         dropped when the listing finishes."""
         if self.host.selected:
             scope = ReadScope(self.unread_history(context), self.host.resume.resumed_below(context))
-            self._scopes[self.host.state_key(context)] = scope
+            self._scopes[state_key(self.host, context)] = scope
 
     def row_written(self, row: dict[str, Any], context: Context | None) -> None:
         """Count the distinct rows of each venue this read returned inside its recorded window,
@@ -164,7 +163,7 @@ class FollowDeletions(Part):
         """After a finished read: ACTIVATE_VERSION if it covered the whole history (as
         `before_read` said), and the window it read (read_windows); one line saying why when
         neither was possible."""
-        scope = self._scopes.pop(self.host.state_key(context), None)
+        scope = self._scopes.pop(state_key(self.host, context), None)
         if scope is None:
             return
         if scope.unread is None:
@@ -175,7 +174,7 @@ class FollowDeletions(Part):
 
     def read_failed(self, context: Context | None, why: str) -> None:
         if self.host.selected:
-            self._scopes.pop(self.host.state_key(context), None)
+            self._scopes.pop(state_key(self.host, context), None)
             self.not_checked(why)
 
     # ------------------------------------------------------------------ what a read covered

@@ -36,11 +36,25 @@ class StreamHost(Protocol):
     def stream_state(self) -> dict[str, Any]: ...
     @property
     def streams_of_tap(self) -> Mapping[str, Any]: ...
+    @property
+    def state_manager(self) -> Any: ...  # the SDK's keeper of bookmarks and partitions
 
     def get_context_state(self, context: Context | None) -> dict[str, Any]: ...
 
 
 PartT = TypeVar("PartT", bound="Part")
+
+
+PartitionKey = tuple[tuple[str, Any], ...]  # a partition (context), hashable
+
+
+def partition_key(context: Context | None) -> PartitionKey:
+    return tuple(sorted((context or {}).items()))
+
+
+def state_key(host: StreamHost, context: Context | None) -> PartitionKey:
+    """The state partition `context` belongs to (a child's context may carry more keys)."""
+    return partition_key(host.state_manager.get_state_partition_context(context))
 
 
 class Part:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tap_guestdata.concurrency import Prefetched, Rows, lookahead
-from tap_guestdata.host import Part, StreamHost
+from tap_guestdata.host import Part, StreamHost, partition_key
 from tap_guestdata.http.errors import ResourceNotFound
 
 if TYPE_CHECKING:
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
 
     from tap_guestdata.resuming import Resume
     from tap_guestdata.window_policy import WindowPolicy
-
-PartitionKey = tuple[tuple[str, Any], ...]  # a partition (context), hashable
 
 
 class PrefetchHost(StreamHost, Protocol):
@@ -117,7 +115,3 @@ class ChildPrefetch(Part):
         finally:  # a failed or finished parent leaves no child request queued
             for child in children:
                 child._prefetched.clear()
-
-
-def partition_key(context: Context | None) -> PartitionKey:
-    return tuple(sorted((context or {}).items()))

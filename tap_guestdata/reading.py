@@ -84,13 +84,20 @@ def tell_failed(observers: Sequence[ReadObserver], context: Context | None, why:
 class Checkpointing(ReadEvents):
     """A STATE message, carrying how far the stream got, when one is due (resume.py)."""
 
-    def __init__(self, checkpoints: Checkpoints, write_checkpoint: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        checkpoints: Checkpoints,
+        markers: Callable[[], None],
+        write_state: Callable[[], None],
+    ) -> None:
         self.checkpoints = checkpoints
-        self.write_checkpoint = write_checkpoint
+        self.markers = markers  # the resume markers into the stream's state (resuming.py)
+        self.write_state = write_state
 
     def row_written(self, row: dict[str, Any], context: Context | None) -> None:
         if self.checkpoints.due():
-            self.write_checkpoint()
+            self.markers()
+            self.write_state()
 
 
 class ProgressTelling(ReadEvents):

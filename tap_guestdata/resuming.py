@@ -12,33 +12,22 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tap_guestdata import windows
-from tap_guestdata.host import Part, StreamHost
+from tap_guestdata.host import Part, PartitionKey, StreamHost, state_key
 from tap_guestdata.reading import ReadEvents
 from tap_guestdata.resume import RESUME_KEY, ListingMarker, MemberWalk
 
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
 
-PartitionKey = tuple[tuple[str, Any], ...]
-
-
-class ResumeHost(StreamHost, Protocol):
-    """A stream as its resume part sees it: state partitions, and the SDK's bookmark keeper."""
-
-    @property
-    def state_manager(self) -> Any: ...
-
-    def state_key(self, context: Context | None) -> PartitionKey: ...
-
 
 class Resume(ReadEvents, Part):
     """Nothing to resume: a read starts over, and the bookmark is the only progress kept.
     The read loop tells it each row written and the end of each partition (reading.py)."""
 
-    def attach(self, host: ResumeHost) -> None:
+    def attach(self, host: StreamHost) -> None:
         self.host = host
 
     def window_until(self, context: Context | None, window_end: dt.datetime) -> dt.datetime:
@@ -78,13 +67,13 @@ class ListingResume(Resume):
         self.open_row = open_row
         self.oldest_open_key = oldest_open_key
 
-    def attach(self, host: ResumeHost) -> None:
+    def attach(self, host: StreamHost) -> None:
         super().attach(host)
         self._markers: dict[PartitionKey, ListingMarker] = {}
 
     def marker(self, context: Context | None) -> ListingMarker:
         """This partition's marker (picked up from an interrupted run's state, or new)."""
-        key = self.host.state_key(context)
+        key = state_key(self.host, context)
         if key not in self._markers:
             state = self.host.get_context_state(context)
             self._markers[key] = ListingMarker.from_state(state) or ListingMarker()
@@ -128,7 +117,7 @@ class ListingResume(Resume):
             self.host.stream_state[self.oldest_open_key] = oldest_open or windows.utc_text(
                 self.host.runtime.window_end
             )
-        marker = self._markers.pop(self.host.state_key(context), None)
+        marker = self._markers.pop(state_key(self.host, context), None)
         cursor_key = self.host.replication_key
         if marker is not None and marker.newest and cursor_key:
             self.host.state_manager.increment_state(
@@ -142,11 +131,11 @@ class MemberWalkResume(Resume):
     `ledger(host)` is the member ledger stream; the members bookmark (spec 2.8, no updated-at
     field) is the walk's start less members_margin_seconds, kept under `bookmark_key`."""
 
-    def __init__(self, *, ledger: Callable[[Any], ResumeHost], bookmark_key: str) -> None:
+    def __init__(self, *, ledger: Callable[[Any], StreamHost], bookmark_key: str) -> None:
         self.ledger = ledger
         self.bookmark_key = bookmark_key
 
-    def attach(self, host: ResumeHost) -> None:
+    def attach(self, host: StreamHost) -> None:
         super().attach(host)
         self._walk: MemberWalk | None = None
         self._walked_member_ids: set[Any] = set()

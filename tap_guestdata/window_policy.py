@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tap_guestdata import windows
-from tap_guestdata.host import Part, StreamHost
+from tap_guestdata.host import Part, PartitionKey, StreamHost, state_key
 from tap_guestdata.windows import TimeWindow
 
 if TYPE_CHECKING:
@@ -23,16 +23,12 @@ if TYPE_CHECKING:
 
     from tap_guestdata.resuming import Resume
 
-PartitionKey = tuple[tuple[str, Any], ...]  # a partition (context), hashable
-
 
 class WindowHost(StreamHost, Protocol):
     """A stream as its window sees it: its state partitions and how far a resumed read got."""
 
     @property
     def resume(self) -> Resume: ...
-
-    def state_key(self, context: Context | None) -> PartitionKey: ...
 
 
 def bookmark(host: StreamHost, context: Context | None) -> str | None:
@@ -85,7 +81,7 @@ class ListingWindow(WindowPolicy):
         self._params: dict[PartitionKey, dict[str, Any]] = {}
 
     def params(self, context: Context | None) -> dict[str, Any]:
-        key = self.host.state_key(context)
+        key = state_key(self.host, context)
         if key not in self._params:
             self._params[key] = self.shape.params(
                 self.start(context),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from tap_guestdata import windows
-from tap_guestdata.client import GuestDataStream
+from tap_guestdata.client import GuestDataStream, sibling
 from tap_guestdata.concurrency import ordered_map
 from tap_guestdata.deletions import FollowDeletions
 from tap_guestdata.http.paging import body_of
@@ -48,7 +48,7 @@ class Venues(GuestDataStream):
 
 def all_venues(stream: GuestDataStream) -> list[dict[str, Any]]:
     """The account's venues, read once per run and shared with the statistics streams."""
-    venues = stream.sibling(Venues)
+    venues = sibling(stream, Venues)
     rows: list[dict[str, Any]] = stream.runtime.lookup(
         "venues", lambda: list(venues.request_records(None))
     )

@@ -12,7 +12,7 @@ from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 from singer_sdk.singerlib.catalog import REPLICATION_INCREMENTAL
 
 from tap_guestdata import planning
-from tap_guestdata.client import GuestDataStream
+from tap_guestdata.client import GuestDataStream, sibling
 from tap_guestdata.deletions import FollowDeletions
 from tap_guestdata.http.errors import StreamForbidden
 from tap_guestdata.http.paging import LastPagePaginator, body_of, listing_total
@@ -61,7 +61,7 @@ class Programme(RewardsStream):
 
 
 def programme_answer(stream: GuestDataStream) -> dict[str, Any]:
-    return stream.sibling(Programme).answer()
+    return sibling(stream, Programme).answer()
 
 
 class ProgrammeVenues(RewardsStream):
@@ -158,13 +158,13 @@ class OfferStats(RewardsStream):
         return [{"offer_id": data["id"], **data["stats"]}]
 
     def planned_requests(self) -> StreamPlan:
-        offers = self.sibling(Offers)
+        offers = sibling(self, Offers)
         count = sum(listing_total(page) or 0 for page in offers.first_pages())
         return StreamPlan(self.name, count, f"one per offer: {count} offers")
 
 
 def ledger_stream(stream: GuestDataStream) -> MemberLedger:
-    return stream.sibling(MemberLedger)
+    return sibling(stream, MemberLedger)
 
 
 def ledger_needs_every_member(members: GuestDataStream) -> bool:
@@ -212,7 +212,7 @@ class Members(RewardsStream):
 
 
 def member_walk(ledger: GuestDataStream) -> MemberWalkResume:
-    return ledger.sibling(Members).resume
+    return sibling(ledger, Members).resume
 
 
 class MemberLedger(RewardsStream):
@@ -234,14 +234,14 @@ class MemberLedger(RewardsStream):
     resume = WalkedLedgerResume(walk=member_walk)
 
     def planned_requests(self) -> StreamPlan:
-        count = listing_total(planning.first_page(self.sibling(Members), None)) or 0
+        count = listing_total(planning.first_page(sibling(self, Members), None)) or 0
         return StreamPlan(self.name, count, f"one per member listed: {count} members")
 
 
 def longest_offer_validity(rewards: GuestDataStream) -> int:
     """The rewards lookback without an oldest open reward in state: the longest
     valid_days_after_issue of any offer (spec 2.12), or 90 days when offers cannot be read."""
-    offers = rewards.sibling(Offers)
+    offers = sibling(rewards, Offers)
     try:
         days = [int(row["valid_days_after_issue"] or 0) for row in offers.all_offers()]
     except StreamForbidden:

@@ -12,8 +12,9 @@ from typing import Any
 
 from singer_sdk.helpers.types import Context
 
+from tap_guestdata.host import PartitionKey, partition_key
 from tap_guestdata.resuming import Resume
-from tap_guestdata.window_policy import PartitionKey, WindowPolicy
+from tap_guestdata.window_policy import WindowPolicy
 
 UTC = dt.timezone.utc
 
@@ -34,6 +35,9 @@ class FakeStateManager:
 
     def __init__(self, host: FakeHost) -> None:
         self.host = host
+
+    def get_state_partition_context(self, context: Context | None) -> Context | None:
+        return context
 
     def increment_state(
         self, latest: dict[str, Any], *, context: Context | None, replication_key: str
@@ -78,11 +82,8 @@ class FakeHost:
     def streams_of_tap(self) -> Mapping[str, Any]:
         return self.others
 
-    def state_key(self, context: Context | None) -> PartitionKey:
-        return tuple(sorted((context or {}).items()))
-
     def get_context_state(self, context: Context | None) -> dict[str, Any]:
-        return self.partitions.setdefault(self.state_key(context), {})
+        return self.partitions.setdefault(partition_key(context), {})
 
     def with_parts(
         self, *, window: WindowPolicy | None = None, resume: Resume | None = None
