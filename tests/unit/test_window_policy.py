@@ -101,35 +101,43 @@ def test_a_resumed_read_ends_where_the_interrupted_run_got_to() -> None:
     assert host.window.params(None) == {"until": "2026-03-10T08:00:01+00:00"}  # a second's margin
 
 
-def test_open_rows_window_starts_at_the_oldest_open_row() -> None:
+def rewards_like(state: dict[str, str], fallback_days: int) -> FakeHost:
+    """A stream declared as rewards is, with `state` and offers valid `fallback_days`."""
     host = FakeHost(replication_key="issued_at")
-    host.stream_state.update(
-        replication_key="issued_at",
-        replication_key_value="2026-03-25T10:00:00+00:00",
-        oldest_open_issued_at="2026-02-01T09:00:00+00:00",
-    )
+    host.stream_state.update(replication_key="issued_at", **state)
     window = OpenRowsWindow(
         since="since",
         until="until",
         lookback_setting="rewards_lookback_days",
         oldest_open_key="oldest_open_issued_at",
-        fallback_lookback=lambda host: 90,
+        fallback_lookback=lambda host: fallback_days,
     )
-    host.with_parts(window=window)
+    return host.with_parts(window=window)
+
+
+def test_open_rows_window_starts_at_the_oldest_open_row() -> None:
+    host = rewards_like(
+        {
+            "replication_key_value": "2026-03-25T10:00:00+00:00",
+            "oldest_open_issued_at": "2026-02-01T09:00:00+00:00",
+        },
+        fallback_days=90,
+    )
     assert host.window.params(None)["since"] == "2026-02-01T09:00:00+00:00"
 
 
 def test_open_rows_window_without_oldest_open_falls_back_to_a_lookback() -> None:
-    host = FakeHost(replication_key="issued_at")
-    host.stream_state.update(
-        replication_key="issued_at", replication_key_value="2026-03-25T10:00:00+00:00"
-    )
-    window = OpenRowsWindow(
-        since="since",
-        until="until",
-        lookback_setting="rewards_lookback_days",
-        oldest_open_key="oldest_open_issued_at",
-        fallback_lookback=lambda host: 10,
-    )
-    host.with_parts(window=window)
+    host = rewards_like({"replication_key_value": "2026-03-25T10:00:00+00:00"}, fallback_days=10)
     assert host.window.params(None)["since"] == "2026-03-15T10:00:00+00:00"
+
+
+def test_a_lookback_set_by_the_user_wins_over_the_oldest_open_row() -> None:
+    host = rewards_like(
+        {
+            "replication_key_value": "2026-03-25T10:00:00+00:00",
+            "oldest_open_issued_at": "2026-02-01T09:00:00+00:00",
+        },
+        fallback_days=90,
+    )
+    host.settings.rewards_lookback_days = 1
+    assert host.window.params(None)["since"] == "2026-03-24T10:00:00+00:00"
