@@ -1,8 +1,8 @@
 """Deletions followed from the source: Singer's ACTIVATE_VERSION, sent only after a complete read.
 
 Deleting a guest in the service does not delete an exported copy (spec 1): the warehouse's copy
-is its owner's to follow. A stream that declares `follows_deletions` does so with the table
-version every SQL target of the SDK understands:
+is its owner's to follow. A stream that declares the part `deletions = FollowDeletions()` does
+so with the table version every SQL target of the SDK understands:
 
 - each row it writes carries a version, the moment it was written (epoch milliseconds, always
   after its page was read), so a row read before a run started has an older version than that
@@ -34,23 +34,37 @@ project (macros/source_deletions.sql) flags a raw row of that venue and window w
 older than the read's as deleted in the source, once the warehouse holds at least `rows_read`
 rows of the read (a load that lost part of the read flags nothing). A row outside every recorded
 window is never flagged.
+
+The distinct rows of a read are counted exactly while holding only the ids of the last few
+pages (`DistinctRows`): a newest-first listing gives a row twice only when rows added at its
+head push it across a page boundary (http/paging.py, NewestFirstPages), so memory stays flat
+whatever the size of the account.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 
 from tap_guestdata import windows
+from tap_guestdata.host import Part, PartitionKey, StreamHost, state_key
+from tap_guestdata.http.paging import PAGES_REMEMBERED, PER_PAGE
+from tap_guestdata.window_policy import bookmark
 
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
 
-    from tap_guestdata.client import GuestDataStream
+    from tap_guestdata.resuming import Resume
+    from tap_guestdata.window_policy import WindowPolicy
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=windows.UTC)  # a window with no lower bound
+READ_WINDOWS = "read_windows"  # the stream that carries the windows read (streams/core.py)
 
 
 def row_version() -> int:
@@ -58,9 +72,41 @@ def row_version() -> int:
     return time.time_ns() // 1_000_000
 
 
-def run_version(stream: GuestDataStream) -> int:
-    """The version activated after a complete read: the run's start, before any of its pages."""
-    return int(stream.sync_started_at.timestamp() * 1000)
+class DeletionsHost(StreamHost, Protocol):
+    """A stream as its deletions part sees it: its window, its resume, its ACTIVATE_VERSION."""
+
+    @property
+    def window(self) -> WindowPolicy: ...
+    @property
+    def resume(self) -> Resume: ...
+
+    def write_activate_version(self, version: int) -> None: ...
+
+
+class DistinctRows:
+    """Distinct rows per venue of one read, counted exactly, holding only the last
+    `remembered` (venue, id) pairs: a row given twice by a newest-first listing sits across a
+    page boundary, within the few pages NewestFirstPages remembers (http/paging.py)."""
+
+    def __init__(self, remembered: int = PAGES_REMEMBERED * PER_PAGE) -> None:
+        self.remembered = remembered
+        self.by_venue: dict[Any, int] = {}
+        self._recent: deque[tuple[Any, Any]] = deque()
+        self._recent_set: set[tuple[Any, Any]] = set()
+
+    def add(self, venue_id: Any, row_id: Any) -> None:
+        pair = (venue_id, row_id)
+        if pair in self._recent_set:
+            return
+        self._recent.append(pair)
+        self._recent_set.add(pair)
+        if len(self._recent) > self.remembered:
+            self._recent_set.discard(self._recent.popleft())
+        self.by_venue[venue_id] = self.by_venue.get(venue_id, 0) + 1
+
+    def held(self) -> int:
+        """How many ids are held now (at most `remembered`)."""
+        return len(self._recent_set)
 
 
 @dataclass(frozen=True)
@@ -72,127 +118,156 @@ class ReadScope:
     resumed: str | None  # why its window is not all its own (a resumed read); None: it is
 
 
-def before_read(stream: GuestDataStream, context: Context | None) -> ReadScope:
-    return ReadScope(unread_history(stream, context), resumed_read(stream, context))
+class FollowDeletions(Part):
+    """Follows the rows the API drops (this module's docstring), told by the stream's read
+    loop what happened: before the read, each row written, the end, or a failure and why.
 
+    For a windowed stream, `first_day(host)` is the first London day a row can have (None: not
+    known, so only a window with no lower bound reads the whole history) and `venues(host)`
+    the venues a complete read covers (None: its reads are not recorded)."""
 
-def resumed_read(stream: GuestDataStream, context: Context | None) -> str | None:
-    progress = stream.listing_progress(context) if stream.window is not None else None
-    if progress is None or progress.until() is None:
-        return None
-    return (
-        f"this run resumed an interrupted read below {progress.oldest}; the rows above it "
-        "were read by the run that stopped"
-    )
+    def __init__(
+        self,
+        *,
+        first_day: Callable[[Any], dt.date | None] | None = None,
+        venues: Callable[[Any], list[int] | None] | None = None,
+    ) -> None:
+        self.first_day = first_day
+        self.venues = venues
 
+    def attach(self, host: DeletionsHost) -> None:
+        self.host = host
+        self._scopes: dict[PartitionKey, ReadScope] = {}
+        self.rows_read = DistinctRows()
 
-def unread_history(stream: GuestDataStream, context: Context | None) -> str | None:
-    """Why this partition's read did not cover the stream's whole history; None when it did."""
-    if stream.window is None:
-        return None
-    if resumed := resumed_read(stream, context):
-        return resumed
-    if stream.runtime.window_end < stream.sync_started_at:
-        last_day = windows.last_day(stream.runtime.window_end).isoformat()
-        return f"the window ends on {last_day} (end_date), newer rows were not read"
-    since = stream.window_params(context).get(stream.window.since)
-    if since is None:
-        return None
-    if stream.bookmark(context):
-        return f"an incremental run: the window starts on {since}, older rows were not read"
-    try:  # the venues listing, shared with the other streams that read it
-        first_day = stream.earliest_possible_day()
-    except (FatalAPIError, RetriableAPIError) as error:
-        return f"the account's first day is not known ({error})"
-    if first_day is not None and windows.london_day(since) <= first_day:
-        return None
-    after = f", after {first_day.isoformat()}, the first day a row can have" if first_day else ""
-    return (
-        f"the window starts on {since} (start_date){after}, so older rows were not read (a "
-        "--full-refresh run without a later start_date checks them)"
-    )
+    # ------------------------------------------------------------------ the read loop's events
 
+    def before_read(self, context: Context | None) -> None:
+        """Decided before reading: the window is fixed for the run, and a resume marker is
+        dropped when the listing finishes."""
+        if self.host.selected:
+            scope = ReadScope(self.unread_history(context), self.host.resume.resumed_below(context))
+            self._scopes[state_key(self.host, context)] = scope
 
-def note_row_read(stream: GuestDataStream, row: dict[str, Any]) -> None:
-    """Count the distinct rows of each venue this read returned inside its recorded window,
-    which ends at the run's window end (the window's integrity check in the warehouse). The
-    cursor is already UTC text here (post_process), so it compares as a string."""
-    cursor = row.get(stream.replication_key or "")
-    if isinstance(cursor, str) and cursor < stream.runtime.window_end_utc:
-        stream.rows_read_by_venue.setdefault(row.get("venue_id"), set()).add(row.get("id"))
+    def row_written(self, row: dict[str, Any], context: Context | None) -> None:
+        """Count the distinct rows of each venue this read returned inside its recorded window,
+        which ends at the run's window end (the window's integrity check in the warehouse).
+        The cursor is already UTC text here (post_process), so it compares as a string."""
+        if not self.host.window.windowed:
+            return
+        cursor = row.get(self.host.replication_key or "")
+        if isinstance(cursor, str) and cursor < self.host.runtime.window_end_utc:
+            self.rows_read.add(row.get("venue_id"), row.get("id"))
 
+    def read_ended(self, context: Context | None) -> None:
+        """After a finished read: ACTIVATE_VERSION if it covered the whole history (as
+        `before_read` said), and the window it read (read_windows); one line saying why when
+        neither was possible."""
+        scope = self._scopes.pop(state_key(self.host, context), None)
+        if scope is None:
+            return
+        if scope.unread is None:
+            self.activate()
+        not_recorded = self.record_window(context, scope)
+        if scope.unread is not None and not_recorded is not None:
+            self.not_checked(f"{scope.unread}; inside the window: {not_recorded}")
 
-def record_window(stream: GuestDataStream, context: Context | None, scope: ReadScope) -> str | None:
-    """After a finished read of a windowed stream: a `read_windows` row per venue it covered.
-    Returns why it recorded nothing; None when it did."""
-    if stream.window is None:
-        return "the stream has no window"
-    if scope.resumed is not None:
-        return "a resumed read: the rows above its resume point were read by the run that stopped"
-    if not stream.sibling_selected("read_windows"):
+    def read_failed(self, context: Context | None, why: str) -> None:
+        if self.host.selected:
+            self._scopes.pop(state_key(self.host, context), None)
+            self.not_checked(why)
+
+    # ------------------------------------------------------------------ what a read covered
+
+    def unread_history(self, context: Context | None) -> str | None:
+        """Why this partition's read did not cover the stream's whole history; None if it did."""
+        window, runtime = self.host.window, self.host.runtime
+        if not window.windowed:
+            return None
+        if resumed := self.host.resume.resumed_below(context):
+            return resumed
+        if runtime.window_end < runtime.sync_started_at:
+            last_day = windows.last_day(runtime.window_end).isoformat()
+            return f"the window ends on {last_day} (end_date), newer rows were not read"
+        since = window.since_value(context)
+        if since is None:
+            return None
+        if bookmark(self.host, context):
+            return f"an incremental run: the window starts on {since}, older rows were not read"
+        try:  # the venues listing, shared with the other streams that read it
+            first_day = self.first_day(self.host) if self.first_day is not None else None
+        except (FatalAPIError, RetriableAPIError) as error:
+            return f"the account's first day is not known ({error})"
+        if first_day is not None and windows.london_day(since) <= first_day:
+            return None
+        after = (
+            f", after {first_day.isoformat()}, the first day a row can have" if first_day else ""
+        )
         return (
-            "read_windows is not selected: select read_windows.* beside it so that rows of the "
-            "window the API no longer returns are flagged"
+            f"the window starts on {since} (start_date){after}, so older rows were not read (a "
+            "--full-refresh run without a later start_date checks them)"
         )
-    try:  # the venues listing, shared with the other streams that read it
-        venue_ids = stream.venues_covered()
-    except (FatalAPIError, RetriableAPIError) as error:
-        return f"the venues it covered are not known ({error})"
-    if venue_ids is None:
-        return "its reads are not recorded (no venues it covers)"
-    since = stream.window_params(context).get(stream.window.since)
-    covers_from = windows.parse_boundary(since) if since else EPOCH
-    started = stream.sync_started_at.isoformat()
-    covers_until = stream.runtime.window_end.isoformat()  # never wider than was read (end_date)
-    read = {
-        "stream": stream.name,
-        "read_version": run_version(stream),
-        "read_started_at": started,
-        "covers_from": covers_from.isoformat(),
-        "covers_until": covers_until,
-        "completed_at": dt.datetime.now(windows.UTC).isoformat(),
-    }
-    for venue_id in venue_ids:
-        rows_read = len(stream.rows_read_by_venue.get(venue_id, ()))
-        stream.runtime.completed_reads.append(
-            {**read, "venue_id": venue_id, "rows_read": rows_read}
+
+    def run_version(self) -> int:
+        """The version activated after a complete read: the run's start, before any page."""
+        return int(self.host.runtime.sync_started_at.timestamp() * 1000)
+
+    def record_window(self, context: Context | None, scope: ReadScope) -> str | None:
+        """After a finished read of a windowed stream: a `read_windows` row per venue it
+        covered. Returns why it recorded nothing; None when it did."""
+        host, runtime = self.host, self.host.runtime
+        if not host.window.windowed:
+            return "the stream has no window"
+        if scope.resumed is not None:
+            return (
+                "a resumed read: the rows above its resume point were read by the run that stopped"
+            )
+        read_windows = host.streams_of_tap.get(READ_WINDOWS)
+        if read_windows is None or not read_windows.selected:
+            return (
+                "read_windows is not selected: select read_windows.* beside it so that rows of "
+                "the window the API no longer returns are flagged"
+            )
+        try:  # the venues listing, shared with the other streams that read it
+            venue_ids = self.venues(host) if self.venues is not None else None
+        except (FatalAPIError, RetriableAPIError) as error:
+            return f"the venues it covered are not known ({error})"
+        if venue_ids is None:
+            return "its reads are not recorded (no venues it covers)"
+        since = host.window.since_value(context)
+        covers_from = windows.parse_boundary(since) if since else EPOCH
+        covers_until = runtime.window_end.isoformat()  # never wider than was read (end_date)
+        read = {
+            "stream": host.name,
+            "read_version": self.run_version(),
+            "read_started_at": runtime.sync_started_at.isoformat(),
+            "covers_from": covers_from.isoformat(),
+            "covers_until": covers_until,
+            "completed_at": dt.datetime.now(windows.UTC).isoformat(),
+        }
+        for venue_id in venue_ids:
+            rows_read = self.rows_read.by_venue.get(venue_id, 0)
+            runtime.completed_reads.append({**read, "venue_id": venue_id, "rows_read": rows_read})
+        host.logger.info(
+            "Deletions: %s: every row from %s to %s was read for %d venues (read_windows): rows "
+            "of that window the warehouse holds from earlier reads and this read did not return "
+            "are flagged deleted by the dbt project",
+            host.name,
+            since or "the first day",
+            covers_until,
+            len(venue_ids),
         )
-    stream.logger.info(
-        "Deletions: %s: every row from %s to %s was read for %d venues (read_windows): rows "
-        "of that window the warehouse holds from earlier reads and this read did not return are "
-        "flagged deleted by the dbt project",
-        stream.name,
-        since or "the first day",
-        covers_until,
-        len(venue_ids),
-    )
-    return None
+        return None
 
+    def not_checked(self, why: str) -> None:
+        self.host.logger.info("Deletions: %s: not checked: %s", self.host.name, why)
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=windows.UTC)  # a window with no lower bound
-
-
-def not_checked(stream: GuestDataStream, why: str) -> None:
-    stream.logger.info("Deletions: %s: not checked: %s", stream.name, why)
-
-
-def follow(stream: GuestDataStream, context: Context | None, scope: ReadScope) -> None:
-    """After a finished read: ACTIVATE_VERSION if it covered the whole history (as
-    `before_read` said), and the window it read (read_windows); one line saying why when
-    neither was possible."""
-    if scope.unread is None:
-        activate(stream)
-    not_recorded = record_window(stream, context, scope)
-    if scope.unread is not None and not_recorded is not None:
-        not_checked(stream, f"{scope.unread}; inside the window: {not_recorded}")
-
-
-def activate(stream: GuestDataStream) -> None:
-    version = run_version(stream)
-    stream.write_activate_version(version)
-    stream.logger.info(
-        "Deletions: %s: the whole history was read; ACTIVATE_VERSION %d: rows the target holds "
-        "from earlier reads that this one did not return are marked deleted",
-        stream.name,
-        version,
-    )
+    def activate(self) -> None:
+        version = self.run_version()
+        self.host.write_activate_version(version)
+        self.host.logger.info(
+            "Deletions: %s: the whole history was read; ACTIVATE_VERSION %d: rows the target "
+            "holds from earlier reads that this one did not return are marked deleted",
+            self.host.name,
+            version,
+        )

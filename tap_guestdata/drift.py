@@ -27,8 +27,6 @@ from singer_sdk.helpers._catalog import get_selected_schema
 if TYPE_CHECKING:
     from singer_sdk import Stream
 
-    from tap_guestdata.client import GuestDataStream
-
 NONE_TYPE = type(None)
 # JSON Schema type -> the Python types orjson parses it into (bool is not an int here).
 PYTHON_TYPES: dict[str, tuple[type, ...]] = {
@@ -91,7 +89,7 @@ def type_name(value: Any) -> str:
 class SchemaWatch:
     """What one stream's rows showed during one run, against its schema."""
 
-    def __init__(self, stream: GuestDataStream, mode: str) -> None:
+    def __init__(self, stream: Stream, mode: str) -> None:
         self.stream = stream
         self.mode = mode  # schema_drift: include, drop or fail
         self.active = stream.selected  # an unselected parent's rows are never written
@@ -202,7 +200,7 @@ class SchemaWatch:
         )
 
 
-def send_schema_with(stream: GuestDataStream, name: str, property_schema: dict[str, Any]) -> None:
+def send_schema_with(stream: Stream, name: str, property_schema: dict[str, Any]) -> None:
     """The stream's schema with one property more, through the stream maps, written now.
 
     SDK internals: the stream maps (and so the SCHEMA messages) are built from the catalog's
@@ -214,16 +212,16 @@ def send_schema_with(stream: GuestDataStream, name: str, property_schema: dict[s
         stream._input_schema = schema
     vars(stream)["schema"] = schema  # shadows the class's StreamSchema for this stream only
     selected = get_selected_schema(stream.name, schema, stream.mask)
-    stream.tap.mapper.register_raw_stream_schema(stream.name, selected, stream.primary_keys)
+    stream._tap.mapper.register_raw_stream_schema(stream.name, selected, stream.primary_keys)
     stream._stream_maps = None
     stream._write_schema_message()
 
 
-def check_row(stream: GuestDataStream, row: dict[str, Any]) -> None:
+def check_row(stream: Stream, row: dict[str, Any]) -> None:
     """Every row, before it is written (post_process)."""
     current: SchemaWatch | None = vars(stream).get(_WATCH_ATTRIBUTE)
     if current is None:
-        mode = stream.runtime.settings.schema_drift
+        mode = str(stream.config["schema_drift"])  # settings.py fills the default
         current = vars(stream)[_WATCH_ATTRIBUTE] = SchemaWatch(stream, mode)
     current.check(row)
 

@@ -35,7 +35,7 @@ from tap_guestdata import windows
 RESUME_KEY = "resume"  # stream or partition state: how far an interrupted run got
 OLDEST_OPEN_KEY = "oldest_open_issued_at"  # rewards: the oldest reward still open (spec 3)
 MEMBERS_BOOKMARK_KEY = "updated_since"  # members: the next run's updated_since (spec 2.8)
-LISTING_TIME_KEYS = ("oldest", "newest")  # ListingProgress
+LISTING_TIME_KEYS = ("oldest", "newest")  # ListingMarker
 WALK_TIME_KEYS = ("started_at", "boundary", "members_bookmark", "ledger_newest")  # MemberWalk
 RESUME_TIME_KEYS = (*LISTING_TIME_KEYS, OLDEST_OPEN_KEY, *WALK_TIME_KEYS)
 BOOKMARK_TIME_KEYS = ("replication_key_value", MEMBERS_BOOKMARK_KEY, OLDEST_OPEN_KEY)
@@ -43,7 +43,7 @@ UNTIL_MARGIN = dt.timedelta(seconds=1)  # re-read the boundary instant whatever 
 
 
 @dataclass
-class ListingProgress:
+class ListingMarker:
     """How far a newest-first listing got: rows from the window's top down to `oldest`."""
 
     oldest: str | None = None  # UTC cursor of the oldest row written
@@ -51,7 +51,7 @@ class ListingProgress:
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the oldest open reward
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> ListingProgress | None:
+    def from_state(cls, state: dict[str, Any]) -> ListingMarker | None:
         marker = state.get(RESUME_KEY)
         if not isinstance(marker, dict):
             return None

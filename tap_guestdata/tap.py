@@ -17,7 +17,7 @@ from singer_sdk import Stream, Tap
 from singer_sdk.exceptions import ConfigValidationError, FatalAPIError, RetriableAPIError
 from singer_sdk.helpers.capabilities import CapabilitiesEnum, PluginCapabilities, TapCapabilities
 
-from tap_guestdata import drift
+from tap_guestdata import drift, planning
 from tap_guestdata import settings as settings_module
 from tap_guestdata.client import GuestDataStream
 from tap_guestdata.progress import QuietLog
@@ -143,7 +143,7 @@ class TapGuestData(Tap):
             plan
             for stream in self.streams.values()
             if isinstance(stream, GuestDataStream) and stream.selected
-            if (plan := stream.plan()) is not None
+            if (plan := planning.plan(stream)) is not None
         ]
         self.runtime.progress.log_plan(plans)
 

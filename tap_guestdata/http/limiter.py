@@ -68,7 +68,7 @@ class KeyLimiter:
 
 
 @dataclass
-class AddressBudget:
+class AddressCeiling:
     """The per-address ceiling shared by every key from this machine (spec 8)."""
 
     window: float
@@ -153,7 +153,7 @@ class KeyPool:
         self._limiters = [
             KeyLimiter(key, limit, window, shared_id=key_id(api, key)) for key in keys
         ]
-        self._address = AddressBudget(window, configured=limit * len(keys))
+        self._address = AddressCeiling(window, configured=limit * len(keys))
         self._condition = threading.Condition()
         self._turn = 0
         self._closed = False

@@ -14,6 +14,8 @@ from singer_sdk.pagination import PageNumberPaginator
 from tap_guestdata.http.errors import describe_request
 from tap_guestdata.settings import BASE_PATH
 
+PER_PAGE = 200  # spec 4.3: the largest page; fewest requests
+PAGES_REMEMBERED = 5  # NewestFirstPages: how far back a row given twice can sit
 BODY_ATTRIBUTE = "_guestdata_body"  # the parsed JSON, kept on the response when validated
 
 
@@ -67,7 +69,7 @@ class NewestFirstPages:
     is never dropped unless this listing gave that very id before.
     """
 
-    def __init__(self, pages_remembered: int = 5) -> None:
+    def __init__(self, pages_remembered: int = PAGES_REMEMBERED) -> None:
         self._pages: deque[set[Any]] = deque(maxlen=pages_remembered)
 
     def fresh(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from tap_guestdata import windows
-from tap_guestdata.client import GuestDataStream
+from tap_guestdata.client import GuestDataStream, sibling
 from tap_guestdata.concurrency import ordered_map
+from tap_guestdata.deletions import FollowDeletions
 from tap_guestdata.http.paging import body_of
 from tap_guestdata.progress import StreamPlan
-from tap_guestdata.windows import TimeWindow
+from tap_guestdata.resuming import ListingResume
+from tap_guestdata.window_policy import DayByDayWindow, ListingWindow
 
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
@@ -35,7 +37,7 @@ class Venues(GuestDataStream):
     name = "venues"
     path = "/venues"
     primary_keys = ("id",)
-    follows_deletions = True  # read whole every run: a venue gone from it is marked
+    deletions = FollowDeletions()  # read whole every run: a venue gone from it is marked
 
     def read_records(self, context: Context | None) -> Iterable[dict[str, Any]]:
         return [dict(row) for row in all_venues(self)]
@@ -46,11 +48,21 @@ class Venues(GuestDataStream):
 
 def all_venues(stream: GuestDataStream) -> list[dict[str, Any]]:
     """The account's venues, read once per run and shared with the statistics streams."""
-    venues = stream.sibling(Venues)
+    venues = sibling(stream, Venues)
     rows: list[dict[str, Any]] = stream.runtime.lookup(
         "venues", lambda: list(venues.request_records(None))
     )
     return rows
+
+
+def first_venue_day(stream: GuestDataStream) -> dt.date:
+    """No guest arrived before the account's first venue existed (spec 2.2 created_at)."""
+    return min(windows.london_day(venue["created_at"]) for venue in all_venues(stream))
+
+
+def venue_ids(stream: GuestDataStream) -> list[int]:
+    """A listing without venue_id covers every venue the key may see (spec 4.1)."""
+    return [venue["id"] for venue in all_venues(stream)]
 
 
 class Guests(GuestDataStream):
@@ -61,17 +73,11 @@ class Guests(GuestDataStream):
     path = "/guests"
     primary_keys = ("id",)
     replication_key = "visited_at"
-    window = TimeWindow(since="from", until="to", dates=True)
     newest_first = True
-    follows_deletions = True  # spec 1: a deleted guest leaves the API, not the warehouse
-
-    def earliest_possible_day(self) -> dt.date:
-        """No guest arrived before the account's first venue existed (spec 2.2 created_at)."""
-        return min(windows.london_day(venue["created_at"]) for venue in all_venues(self))
-
-    def venues_covered(self) -> list[int]:
-        """A listing without venue_id covers every venue the key may see (spec 4.1)."""
-        return [venue["id"] for venue in all_venues(self)]
+    window = ListingWindow(since="from", until="to", dates=True)
+    resume = ListingResume()
+    # spec 1: a deleted guest leaves the API, not the warehouse
+    deletions = FollowDeletions(first_day=first_venue_day, venues=venue_ids)
 
 
 class ReadWindows(GuestDataStream):
@@ -104,8 +110,8 @@ class _DailyStatistics(GuestDataStream):
     # a lookback re-reads days before the old bookmark, hence no sort check.
     is_sorted = True
     check_sorted = False
-    window = TimeWindow(
-        since="from", until="to", dates=True, lookback_setting="stats_lookback_days"
+    window: DayByDayWindow = DayByDayWindow(
+        since="from", until="to", lookback_setting="stats_lookback_days"
     )
 
     def read_records(self, context: Context | None) -> Iterator[dict[str, Any]]:
@@ -115,39 +121,18 @@ class _DailyStatistics(GuestDataStream):
             yield from rows
 
     def days(self, context: Context | None) -> list[dt.date]:
-        return windows.days_between(self.first_day(context), self.last_day())
+        return self.window.days(context, self.earliest_day(context))
 
     def days_to_read(self, context: Context | None) -> int:
         return len(self.days(context))
-
-    def last_day(self) -> dt.date:
-        """Today, or end_date when that is earlier (windows.window_end)."""
-        return windows.last_day(self.runtime.window_end)
 
     def read_day(self, context: Context | None, day: dt.date) -> list[dict[str, Any]]:
         """One day's request (in a worker thread)."""
         return list(self.request_records({**(context or {}), "day": day.isoformat()}))
 
-    def first_day(self, context: Context | None) -> dt.date:
-        first = self.earliest_day(context)
-        if self.runtime.settings.start_date is not None:  # a lookback never reaches before it
-            first = max(first, windows.london_day(self.runtime.settings.start_date))
-        bookmark = self.bookmark(context)
-        if bookmark is not None:
-            return max(first, dt.date.fromisoformat(bookmark) - dt.timedelta(self.lookback_days()))
-        if (history_days := self.runtime.settings.stats_history_days) is not None:
-            # the last N days, the last day read included
-            first = max(first, self.last_day() - dt.timedelta(days=history_days - 1))
-        return first
-
     def earliest_day(self, context: Context | None) -> dt.date:
+        """The first London day the partition has data (its venues' opening)."""
         raise NotImplementedError
-
-    def window_params(self, context: Context | None) -> dict[str, Any]:
-        day = (context or {}).get("day")
-        if not day or self.window is None or self.window.until is None:
-            return {}
-        return {self.window.since: day, self.window.until: day}
 
     def totals(self, response: requests.Response) -> dict[str, Any]:
         data = body_of(response)["data"]
@@ -160,13 +145,11 @@ class DailyStats(_DailyStatistics):
 
     name = "daily_stats"
     primary_keys = ("venue_id", "date")
+    query_from_partition = ("venue_id",)
 
     @property
     def partitions(self) -> list[dict[str, Any]]:
         return [{"venue_id": venue["id"]} for venue in all_venues(self)]
-
-    def partition_params(self, context: Context | None) -> dict[str, Any]:
-        return {"venue_id": context["venue_id"]} if context else {}
 
     def planned_requests(self) -> StreamPlan:
         days = sum(self.days_to_read(partition) for partition in self.partitions)
