@@ -66,13 +66,13 @@ def user_dags(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def without_project_root(result: dict[str, Any]) -> dict[str, Any]:
-    """The result, less what differs by design: the project root (tasks' cwd) and timing."""
+    """The result, less what differs by design: the project root (tasks') and timing."""
     result = copy.deepcopy(result)
     del result["parse_seconds"], result["factory_file"]
     for dag in result["dags"].values():
         for task in dag["tasks"].values():
-            if task["cwd"] in (USER_PROJECT, str(PROJECT_ROOT)):
-                task["cwd"] = "<project root>"
+            if task["project_root"] in (USER_PROJECT, str(PROJECT_ROOT)):
+                task["project_root"] = "<project root>"
     return result
 
 
@@ -96,8 +96,8 @@ def test_a_users_dags_file_builds_todays_dags_tasks_and_pools(
         assert without_project_root(users) == without_project_root(mine), name
     defaults = theirs[list(SCENARIOS).index("defaults")]
     tasks = defaults["dags"][DAILY]["tasks"]
-    assert {task["cwd"] for task in tasks.values()} == {USER_PROJECT}
-    assert sorted(defaults["dags"][DAILY]["tasks"]) == ["all"]
+    assert tasks["default.accounts.load"]["project_root"] == USER_PROJECT
+    assert sorted(tasks) == ["default.accounts.load", "default.plan"]
 
 
 def test_without_this_projects_blocks_the_dags_load_and_stop(
@@ -110,12 +110,9 @@ def test_without_this_projects_blocks_the_dags_load_and_stop(
     assert result["import_errors"] == {}
     assert result["dag_warnings"] == []
     assert set(result["dags"]) == {DAILY, REFRESH}
-    for task in result["dags"][DAILY]["tasks"].values():
-        assert task["bash_command"].endswith(
-            'exec meltano --environment=prod run "${take_over[@]}" "${run[@]}" '
-            "tap-guestdata target-postgres"
-        )
-        assert task["pool"] == "guestdata_default"
+    load = result["dags"][DAILY]["tasks"]["default.accounts.load"]
+    assert load["blocks"] == ["tap-guestdata", "target-postgres"]
+    assert load["pool"] == "guestdata_default"
 
 
 # build_dags arguments -> the environment variables that give this repository's dags/ the same.
@@ -165,8 +162,7 @@ def test_the_factorys_arguments_are_the_settings_and_variables_still_win(
     for name, mine, users in zip(ARGUMENTS, inspect_dags(airflow_home, ours), results, strict=True):
         assert users["import_errors"] == {} and users["dag_warnings"] == [], name
         assert without_project_root(users) == without_project_root(mine), name
-    command = overridden["dags"][DAILY]["tasks"]["all"]["bash_command"]
-    assert "meltano --environment=staging run" in command
+    assert overridden["dags"][DAILY]["tasks"]["default.accounts.load"]["environment"] == "staging"
     (error,) = unrooted["import_errors"].values()
     assert "Meltano project root unknown" in error and "MELTANO_PROJECT_ROOT" in error
 
@@ -175,11 +171,12 @@ def test_a_users_project_needs_tap_guestdata_alone() -> None:
     """The tasks choose their streams (TAP_GUESTDATA__SELECT) and state ids (--state-id-suffix)
     themselves: the docs ask for no inheriting extractor, and the groups cover the tap's
     streams exactly once."""
-    from tap_guestdata.airflow.dags import STREAM_GROUPS, streams_of
+    from tap_guestdata.airflow.dags import streams_of
+    from tap_guestdata.catalog import GROUPS
     from tap_guestdata.tap import STREAM_TYPES
 
     docs = (PROJECT_ROOT / "docs" / "airflow.md").read_text()
     assert "inherit_from: tap-guestdata" not in docs
-    grouped = streams_of(list(STREAM_GROUPS))
+    grouped = streams_of(GROUPS)
     assert sorted(grouped) == sorted(stream.name for stream in STREAM_TYPES)
     assert len(grouped) == len(set(grouped))
