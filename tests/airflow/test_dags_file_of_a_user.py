@@ -180,3 +180,42 @@ def test_a_users_project_needs_tap_guestdata_alone() -> None:
     grouped = streams_of(GROUPS)
     assert sorted(grouped) == sorted(stream.name for stream in STREAM_TYPES)
     assert len(grouped) == len(set(grouped))
+
+
+def test_a_dag_written_by_hand_with_the_operator_is_what_the_docs_say(
+    airflow_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """docs/airflow.md's "Writing a DAG by hand": the operator with one typed account, and a
+    DAG of the user's scheduled on that account's asset; no settings, so no Variable read."""
+    docs = (PROJECT_ROOT / "docs" / "airflow.md").read_text()
+    section = docs.split("### Writing a DAG by hand", 1)[1].split("\n### ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)\n```", section, re.DOTALL)
+    folder = dags_folder(tmp_path_factory, block)
+    scenario = {"dags_folder": str(folder), "known_pools": known_pools()}
+    (result,) = inspect_dags(airflow_home, [scenario])
+    assert result["import_errors"] == {} and result["dag_warnings"] == []
+    assert result["variable_reads"] == []
+    load = result["dags"]["harbour_core"]["tasks"]["load"]
+    assert load["operator"] == "tap_guestdata.airflow.operators.GuestDataLoadOperator"
+    assert load["accounts"] == [
+        {
+            "name": "harbour",
+            "runs": [
+                {
+                    "streams": ["account", "venues", "guests", "read_windows"],
+                    "state_id_suffix": "harbour-core",
+                }
+            ],
+            "key_variables": ["harbour_key_1", "harbour_key_2"],
+            "env": {"TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA": "guestdata_harbour"},
+            "assets": ["harbour"],
+            "build": True,
+        }
+    ]
+    assert load["outlets"] == ["guestdata_raw"], "its account's asset, through the alias"
+    assert (load["pool"], load["retries"], load["execution_timeout"]) == (
+        "guestdata_default",
+        3,
+        3 * 3600,
+    )
+    assert result["dags"]["harbour_report"]["asset_condition"] == "guestdata_raw_harbour"
