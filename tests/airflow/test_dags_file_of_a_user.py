@@ -171,7 +171,7 @@ def test_a_users_project_needs_tap_guestdata_alone() -> None:
     """The tasks choose their streams (TAP_GUESTDATA__SELECT) and state ids (--state-id-suffix)
     themselves: the docs ask for no inheriting extractor, and the groups cover the tap's
     streams exactly once."""
-    from tap_guestdata.airflow.dags import streams_of
+    from tap_guestdata.airflow.plan import streams_of
     from tap_guestdata.catalog import GROUPS
     from tap_guestdata.tap import STREAM_TYPES
 
