@@ -138,7 +138,11 @@ class GuestDataAccountsOperator(BaseOperator):
                     self.log.info("%s: done by an earlier try of this task", account.name)
                     outcomes[account.name] = "success"
                     continue
-                outcomes[account.name] = self.run_account(account, context)
+                try:
+                    outcomes[account.name] = self.run_account(account, context)
+                except Exception:  # its key missing, say: its failure, not its batch's
+                    self.log.exception("%s: failed", account.name)
+                    outcomes[account.name] = "failed"
                 self.log.info("%s: %s", account.name, outcomes[account.name])
                 if outcomes[account.name] != "failed":
                     record.add(account.name)
