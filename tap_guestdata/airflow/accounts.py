@@ -19,15 +19,17 @@ and retry alone) gets one task per group.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from tap_guestdata.catalog import GROUPS  # the daily stream groups, in task order
 
 PER_KEY_PER_MINUTE = 120  # spec 8: per key, rolling minute
 PER_ADDRESS_PER_MINUTE = 600  # spec 8: per address, across keys
 MAX_KEYS_PER_ACCOUNT = 5  # spec 5.3
 TASKS_PER_QUEUE = 5  # the concurrency pool of a queue: tasks one worker runs at once
-GROUPS = ("core", "members", "rewards", "offers", "stats")  # the daily stream groups
 REFRESH_GROUP = "refresh"  # the weekly full refresh
 WHOLE_ACCOUNT = "all"  # the task of an account that loads all its groups in one run
 # First-sync requests from which an account's groups run as tasks of their own: a large
@@ -245,7 +247,8 @@ def account_tasks(account: Account, queue: str, *, refresh: bool = True) -> list
 
 def account_minutes(account: Account) -> float:
     """Minutes of an account's first sync at its keys' budget (all keys at once, spec 8)."""
-    rate = min(PER_KEY_PER_MINUTE * len(account.key_variables), PER_ADDRESS_PER_MINUTE)
+    keys = max(1, len(account.key_variables))  # none: the one key of Meltano's configuration
+    rate = min(PER_KEY_PER_MINUTE * keys, PER_ADDRESS_PER_MINUTE)
     return sum(account.weight(group) for group in account.groups) / rate
 
 
@@ -282,3 +285,11 @@ def queue_loads(tasks: Iterable[TaskSpec]) -> dict[str, int]:
     for task in tasks:
         loads[task.queue] = loads.get(task.queue, 0) + task.weight
     return loads
+
+
+def batches(names: list[str], max_map_length: int) -> list[list[str]]:
+    """The accounts of a queue in at most `max_map_length` batches, in order (Airflow's `[core]
+    max_map_length`: a longer list fails the task that returns it): one account per batch up to
+    the limit, then ceil(accounts / limit) per batch."""
+    size = max(1, math.ceil(len(names) / max_map_length))
+    return [names[start : start + size] for start in range(0, len(names), size)]

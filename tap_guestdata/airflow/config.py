@@ -1,10 +1,11 @@
-"""The DAGs' settings: `build_dags` arguments, Airflow Variables, environment, defaults.
+"""The DAGs' settings: `build_dags` arguments, one Airflow Variable, environment, defaults.
 
-A setting `<name>` is read, first found wins, from Airflow Variable `guestdata_<name>` (which
-includes env `AIRFLOW_VAR_GUESTDATA_<NAME>`), env `GUESTDATA_<NAME>`, the `build_dags`
+A setting `<name>` is read, first found wins, from the Variable `guestdata_settings` (a JSON
+object of settings by name: one Variable read per parse; `build_dags(settings_variable=None)`
+reads none), env `AIRFLOW_VAR_GUESTDATA_<NAME>`, env `GUESTDATA_<NAME>`, the `build_dags`
 argument, the default in `SETTINGS`. So the DAG file's arguments are its defaults and an
-operator can still change one without a deploy. Read when the DAG file is parsed: one Variable
-lookup each, no subprocess, and no failure without a metadata database.
+operator can still change one without a deploy. No subprocess, and no failure without a
+metadata database.
 """
 
 from __future__ import annotations
@@ -61,20 +62,40 @@ SETTINGS: dict[str, str] = {
 Reader = Callable[[str], str]
 
 
-def read_setting(name: str, defaults: Mapping[str, str] = SETTINGS) -> str:
-    """Variable `guestdata_<name>`, else env `GUESTDATA_<NAME>`, else `defaults[name]`."""
-    key = f"guestdata_{name}"
+def variable_settings(variable: str | None) -> dict[str, object]:
+    """The settings Variable's JSON object (one read), {} without it or a metadata database."""
+    if variable is None:
+        return {}
     try:
-        value = Variable.get(key, default=None)
-    except Exception:  # no metadata database or API server (a bare import): use the fallbacks
-        value = None
-    if value in (None, ""):
-        value = os.environ.get(key.upper())
-    return defaults[name] if value in (None, "") else str(value).strip()
+        value = Variable.get(variable, default=None)
+    except Exception:  # no metadata database or API server (a bare import): the fallbacks
+        return {}
+    if not value:
+        return {}
+    document = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(document, dict):
+        raise ValueError(f"Variable {variable}: expected a JSON object of settings by name")
+    return document
 
 
-def settings_reader(given: Mapping[str, object]) -> Reader:
-    """`read_setting` with `given` (the factory's arguments; None: not given) as the defaults."""
+def read_setting(
+    name: str, defaults: Mapping[str, str] = SETTINGS, variable: Mapping[str, object] = {}
+) -> str:
+    """`variable[name]`, else env `AIRFLOW_VAR_GUESTDATA_<NAME>`, then `GUESTDATA_<NAME>`, else
+    `defaults[name]`."""
+    key = f"GUESTDATA_{name.upper()}"
+    value = variable.get(name)
+    if isinstance(value, dict | list):
+        value = json.dumps(value)
+    for candidate in (value, os.environ.get(f"AIRFLOW_VAR_{key}"), os.environ.get(key)):
+        if candidate not in (None, ""):
+            return str(candidate).strip()
+    return defaults[name]
+
+
+def settings_reader(given: Mapping[str, object], variable: str | None = None) -> Reader:
+    """`read_setting` with `given` (the factory's arguments; None: not given) as the defaults
+    and the settings Variable `variable` read once."""
     unknown = sorted(set(given) - set(SETTINGS))
     if unknown:
         raise ValueError(f"build_dags: unknown settings {unknown}; known: {sorted(SETTINGS)}")
@@ -88,9 +109,10 @@ def settings_reader(given: Mapping[str, object]) -> Reader:
             defaults[name] = json.dumps(list(value))
         else:
             defaults[name] = str(value)
+    from_variable = variable_settings(variable)
 
     def read(name: str) -> str:
-        return read_setting(name, defaults)
+        return read_setting(name, defaults, from_variable)
 
     return read
 
@@ -122,7 +144,8 @@ def project_root(value: str) -> str:
     if not root:
         raise ValueError(
             "Meltano project root unknown: pass build_dags(project_root=...), or set the "
-            "Variable guestdata_project_root or env GUESTDATA_PROJECT_ROOT or MELTANO_PROJECT_ROOT"
+            "project_root in the Variable guestdata_settings, or env GUESTDATA_PROJECT_ROOT or "
+            "MELTANO_PROJECT_ROOT"
         )
     return root
 
@@ -156,7 +179,7 @@ class PipelineConfig:
             return None if value.lower() in ("none", "null", "manual") else value
 
         root = project_root(read("project_root"))
-        target = read("meltano_target")  # one Variable lookup per setting, at every parse
+        target = read("meltano_target")
         return cls(
             project_root=root,
             meltano_bin=read("meltano_bin"),

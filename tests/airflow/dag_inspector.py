@@ -4,10 +4,11 @@ Run as a subprocess (importing Airflow installs its own logging handlers, which 
 into the rest of the test session), by any interpreter with Airflow (the standard library
 only, besides). stdin: a JSON list of scenarios, each `{"env": {...}, "known_pools": [...] |
 null, "api_keys": [names], "dags_folder": path (default: this repository's dags/),
-"render_scripts": false (the accounts' commands are not rendered)}`; stdout's
-last line: a JSON list with, per scenario, the import errors, every DAG's settings and tasks,
-for each name in `api_keys` what the DAG's `guestdata_api_key` macro returns and whether logs
-would mask it, and the file the factory (`tap_guestdata.airflow`) was imported from.
+"details": false (the accounts are not resolved)}`; stdout's last line: a JSON list with, per
+scenario, the import errors, the Variables read while parsing, every DAG's settings and tasks,
+each account its plan tasks return (its batch, and what the operators resolve it to), for each
+name in `api_keys` what a load task reads for it and whether logs would mask it, and the file
+the factory (`tap_guestdata.airflow`) was imported from.
 """
 
 from __future__ import annotations
@@ -37,54 +38,29 @@ def asset_condition(condition: Any) -> Any:
     return condition.name
 
 
-RELOAD_RUN = {  # a backfill run of one day: what the commands render for it
-    "run_type": "backfill",
-    "data_interval_start": "2026-10-01T05:00:00+00:00",
-    "data_interval_end": "2026-10-02T05:00:00+00:00",
-}
+def as_json(value: Any) -> Any:
+    """An `AccountLoad` (a dataclass) as plain JSON."""
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
 
 
-def render(dag: Any, template: str, account: str, run: dict[str, Any] | None = None) -> str:
-    """A mapped task's command for `account`, rendered as the worker would (a daily run, or
-    `run`); keys are not rendered (no Variables here)."""
-    from datetime import datetime
-    from types import SimpleNamespace
+def mapped_accounts(dag: Any, details: bool = True) -> dict[str, dict[str, Any]]:
+    """Each account the DAG's `plan` tasks return today, with its queue group, its batch (the
+    map index it is in) and (unless `details` is False) what its load and its models' build
+    resolve it to on the worker (`operators.AccountLoad`)."""
+    from tap_guestdata.airflow.operators import RESOLVERS
 
-    run = run or {"run_type": "scheduled"}
-    environment = dag.get_template_env()
-    environment.globals.update(dag.user_defined_macros)
-    interval = {
-        name: datetime.fromisoformat(run[name]) if name in run else None
-        for name in ("data_interval_start", "data_interval_end")
-    }
-    return environment.from_string(template).render(
-        task=SimpleNamespace(account=account),
-        ti=SimpleNamespace(try_number=1),
-        dag_run=SimpleNamespace(run_type=run["run_type"]),
-        params={"reload": False, "reload_streams": run.get("reload_streams", [])},
-        **interval,
-    )
-
-
-def mapped_accounts(dag: Any, render_scripts: bool = True) -> dict[str, dict[str, Any]]:
-    """Each account the DAG's `plan` tasks return today, with its queue group and (unless
-    `render_scripts` is False) rendered commands: the daily (or refresh) load, a one-day
-    reload, the models' build."""
     accounts: dict[str, dict[str, Any]] = {}
     for plan in [task for task in dag.tasks if task.task_id.endswith(".plan")]:
         group = plan.task_id.removesuffix(".plan")
-        load = dag.get_task(f"{group}.account.load")
-        build = dag.task_dict.get(f"{group}.account.dbt_build")
-        for name in plan.python_callable(*plan.op_args, **plan.op_kwargs):
-            if not render_scripts:
-                accounts[name] = {"group": group}
-                continue
-            accounts[name] = {
-                "group": group,
-                "script": render(dag, load.bash_command, name),
-                "reload_script": render(dag, load.bash_command, name, RELOAD_RUN),
-                "build_script": render(dag, build.bash_command, name) if build else None,
-            }
+        for index, batch in enumerate(plan.python_callable(*plan.op_args, **plan.op_kwargs)):
+            for name in batch:
+                accounts[name] = {"group": group, "batch": index}
+                if details:
+                    accounts[name]["load"] = as_json(RESOLVERS[f"{dag.dag_id}:load"](name))
+                    build = RESOLVERS[f"{dag.dag_id}:build"](name)
+                    accounts[name]["build"] = as_json(build)
     return accounts
 
 
@@ -99,9 +75,9 @@ def weight_of(task: Any, run_id: str) -> int:
     return strategy.get_weight(SimpleNamespace(run_id=run_id, task=task))
 
 
-def describe_dag(dag: Any, render_scripts: bool = True) -> dict[str, Any]:
+def describe_dag(dag: Any, details: bool = True) -> dict[str, Any]:
     return {
-        "accounts": mapped_accounts(dag, render_scripts),
+        "accounts": mapped_accounts(dag, details),
         # A cron string, or a timetable object's cron expression.
         "schedule": None
         if dag.schedule is None
@@ -125,13 +101,19 @@ def describe_dag(dag: Any, render_scripts: bool = True) -> dict[str, Any]:
                 "retry_exponential_backoff": task.retry_exponential_backoff,
                 "max_retry_delay": seconds(task.max_retry_delay),
                 "execution_timeout": seconds(task.execution_timeout),
-                "bash_command": getattr(task, "bash_command", None),
+                # The operator's typed arguments (a mapped task's accounts come from its plan).
+                "blocks": getattr(task, "blocks", None),
                 "env": getattr(task, "env", None),
-                "append_env": getattr(task, "append_env", None),
-                "cwd": getattr(task, "cwd", None),
+                "project_root": getattr(task, "project_root", None),
+                "meltano_bin": getattr(task, "meltano_bin", None),
+                "environment": getattr(task, "environment", None),
+                "full_refresh": getattr(task, "full_refresh", None),
+                "reloadable": getattr(task, "reloadable", None),
+                "accounts": [as_json(a) for a in task.accounts]
+                if isinstance(getattr(task, "accounts", None), list)
+                else None,
                 "queue": task.queue,
                 "upstream": sorted(task.upstream_task_ids),
-                "skip_on_exit_code": sorted(getattr(task, "skip_on_exit_code", None) or []),
                 "map_index_template": task.map_index_template,
                 # The weight of a task of a scheduled run and of a backfill run.
                 "priority": {
@@ -145,12 +127,14 @@ def describe_dag(dag: Any, render_scripts: bool = True) -> dict[str, Any]:
     }
 
 
-def call_macro(dag: Any, name: str) -> dict[str, Any]:
+def read_key(name: str) -> dict[str, Any]:
+    """What a load task reads for key `name` on the worker, and whether logs would mask it."""
     from airflow.sdk.log import redact
 
-    macro = dag.user_defined_macros["guestdata_api_key"]
+    from tap_guestdata.airflow.operators import api_key
+
     try:
-        value = macro(name)
+        value = api_key(name)
     except Exception as error:
         return {"error": f"{type(error).__name__}: {error}"}
     return {"value": value, "masked_in_logs": redact(f"key={value}") == "key=***"}
@@ -171,6 +155,16 @@ def inspect(scenario: dict[str, Any]) -> dict[str, Any]:
         real_popen_init(self, args, *rest, **kwargs)
 
     subprocess.Popen.__init__ = record_popen  # type: ignore[method-assign]
+    from airflow.sdk import Variable
+
+    variable_reads: list[str] = []
+    real_get = Variable.get
+
+    def counted_get(key: str, *args: Any, **kwargs: Any) -> Any:
+        variable_reads.append(key)
+        return real_get(key, *args, **kwargs)
+
+    Variable.get = counted_get  # type: ignore[method-assign]
     try:
         known_pools = scenario.get("known_pools")
         started = time.perf_counter()
@@ -180,24 +174,24 @@ def inspect(scenario: dict[str, Any]) -> dict[str, Any]:
         )
         parse_seconds = time.perf_counter() - started
         subprocess.Popen.__init__ = real_popen_init  # type: ignore[method-assign]
-        first_dag = next(iter(bag.dags.values()), None)
+        Variable.get = real_get  # type: ignore[method-assign]
         return {
+            "variable_reads": variable_reads,
             "parse_seconds": parse_seconds,
             "subprocesses_at_parse": [str(args) for args in spawned],
             "import_errors": {str(path): str(error) for path, error in bag.import_errors.items()},
             # Only filled when `known_pools` is given: pools the DAGs use that do not exist.
             "dag_warnings": sorted(warning.message for warning in bag.dag_warnings),
             "dags": {
-                dag_id: describe_dag(dag, scenario.get("render_scripts", True))
+                dag_id: describe_dag(dag, scenario.get("details", True))
                 for dag_id, dag in bag.dags.items()
             },
-            "api_keys": {
-                name: call_macro(first_dag, name) for name in scenario.get("api_keys", [])
-            },
+            "api_keys": {name: read_key(name) for name in scenario.get("api_keys", [])},
             "factory_file": getattr(sys.modules.get("tap_guestdata.airflow"), "__file__", None),
         }
     finally:
         subprocess.Popen.__init__ = real_popen_init  # type: ignore[method-assign]
+        Variable.get = real_get  # type: ignore[method-assign]
         os.environ.clear()
         os.environ.update(saved)
 

@@ -12,9 +12,9 @@ in for, is otherwise the same).
 
 stdout's last line: for one run `{"dag_id", "state", "seconds", "run_type", "data_interval":
 [start, end], "tasks": {id: state}, "accounts": {label: {task: state}}, "assets_published":
-[names]}`, where `tasks` are the unmapped task instances and `accounts` the mapped ones by
-their map index label (the account) and the last part of their task id (`load`,
-`dbt_build`), and `labels` what Airflow shows for each (`<account>.<task>`: the rendered map
+[names]}`, where `tasks` are the unmapped task instances and `accounts` the state of each
+account's mapped tasks (its batch's) by the last part of their task id (`load`, `dbt_build`),
+and `labels` what Airflow shows for each batch (`<account>, <account>.<task>`: the rendered map
 index, None if the task never rendered it); for a backfill `{"dag_id", "state", "runs": [one
 run's outcome, ...]}`.
 Exit status 0 when every run succeeded.
@@ -42,8 +42,8 @@ def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
     with create_session() as session:
         instances = session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=dag_run.run_id)
         states = {ti.task_id: str(ti.state) for ti in instances if ti.map_index < 0}
-        # A mapped task group's index is an account: the plan task of its queue returned
-        # the accounts in map index order. A label Airflow rendered must be that name.
+        # A mapped task group's index is a batch of accounts: the plan task of its queue
+        # returned the batches in map index order. A label Airflow rendered names them.
         planned = {
             ti.task_id.removesuffix(".plan"): ti.xcom_pull(task_ids=ti.task_id, session=session)
             for ti in instances
@@ -55,9 +55,10 @@ def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
             if ti.map_index < 0:
                 continue
             queue, _, name = ti.task_id.split(".")
-            account = planned[queue][ti.map_index]
-            accounts.setdefault(account, {})[name] = str(ti.state)
-            labels[f"{account}.{name}"] = ti.rendered_map_index
+            batch = planned[queue][ti.map_index]
+            for account in batch:
+                accounts.setdefault(account, {})[name] = str(ti.state)
+            labels[f"{', '.join(batch)}.{name}"] = ti.rendered_map_index
         events = session.query(AssetEvent).filter_by(source_dag_id=dag_id)
         published = sorted(
             event.asset.name for event in events if event.source_run_id == dag_run.run_id

@@ -1,11 +1,14 @@
 """Many accounts, for real: `dag.test()` of the daily DAG built from an accounts configuration.
 
-Four sandbox accounts in one DAG, two queues: Growth with Rewards (two keys), limited access
-(contacts masked), Rewards off (its Rewards streams are skipped), and one whose key is revoked.
-Each loads into its own schema with its own state ids and equals its own ground truth; the
-revoked one fails its own task and nothing else. Two stream groups per account (core, rewards),
-one mapped task each (small accounts: all groups in one Meltano run, every key of the
-account), planned at run time, labelled with the account's name.
+Eight sandbox accounts in one DAG, two queues, and Airflow's `max_map_length` at 3: Growth with
+Rewards (two keys), three more owner keys of it as accounts of their own, limited access
+(contacts masked), Rewards off (its Rewards streams are skipped), a plan without Rewards (core
+alone), and one whose key is revoked. Each queue's plan returns its accounts in batches (never
+more than 3), each batch one mapped task labelled with its accounts' names. Each account loads
+into its own schema with its own state ids and equals its own ground truth; the revoked one
+fails its batch's task, which names it, and the task's retry runs it alone: every other account
+is loaded once. Stream groups core and rewards (small accounts: all groups in one Meltano run,
+every key of the account).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 from dag_testing import Airflow, AirflowFactory, demo_pipeline, state_ids
 from guestdata_sandbox.accounts import (
     LIMITED_ACCESS_KEY,
+    NO_REWARDS_PLAN_KEY,
     OWNER_KEYS,
     REVOKED_KEY,
     REWARDS_OFF_KEY,
@@ -38,8 +42,14 @@ KEYS = {
     "saltmarsh": [LIMITED_ACCESS_KEY],
     "northgate": [REWARDS_OFF_KEY],
     "revoked": [REVOKED_KEY],
+    "quay": [OWNER_KEYS[2]],
+    "pier": [OWNER_KEYS[3]],
+    "dock": [OWNER_KEYS[4]],
+    "meadow": [NO_REWARDS_PLAN_KEY],
 }
-GOOD = ("harbour", "saltmarsh", "northgate")
+CORE_ONLY = ("revoked", "meadow")
+GOOD = tuple(name for name in KEYS if name != "revoked")
+MAX_MAP_LENGTH = 3
 
 
 def accounts_document(base_url: str) -> dict[str, Any]:
@@ -54,8 +64,16 @@ def accounts_document(base_url: str) -> dict[str, Any]:
             entry("saltmarsh", target_schema="raw_saltmarsh"),
             entry("northgate"),
             entry("revoked", groups=["core"]),
+            entry("quay"),
+            entry("pier"),
+            entry("dock"),
+            entry("meadow", groups=["core"]),
         ],
     }
+
+
+def groups_of(name: str) -> list[str]:
+    return ["core"] if name in CORE_ONLY else list(STREAMS)
 
 
 def key_variables() -> dict[str, str]:
@@ -81,6 +99,10 @@ def airflow(sandbox: SandboxProcess, airflow_for: AirflowFactory) -> Airflow:
     settings = {
         "GUESTDATA_ACCOUNTS": json.dumps(accounts_document(sandbox.base_url)),
         **key_variables(),
+        "AIRFLOW__CORE__MAX_MAP_LENGTH": str(MAX_MAP_LENGTH),
+        # One retry, at once: a failed batch's retry runs its failed accounts alone.
+        "GUESTDATA_RETRIES": "1",
+        "GUESTDATA_RETRY_DELAY_MINUTES": "0",
     }
     return airflow_for(sandbox.base_url, settings)
 
@@ -93,23 +115,47 @@ def tables_in(database_url: str, schema: str) -> set[str]:
         return {name for (name,) in rows}
 
 
-def test_each_account_loads_its_own_schema_and_a_revoked_key_fails_only_its_task(
+def test_accounts_load_in_batches_and_a_revoked_key_fails_only_its_account(
     airflow: Airflow, sandbox: SandboxProcess, database_url: str
 ) -> None:
     sandbox.clear_requests()
     run = airflow.dag_test("guestdata_meltano", check=False)
 
     assert run["state"] == "failed", run
-    # One mapped load per account, labelled with its name; no models (two groups only).
+    # Per queue at most MAX_MAP_LENGTH mapped batches, labelled with their accounts' names.
+    batches = [
+        label.removesuffix(".load").split(", ") for label in run["labels"] if ".load" in label
+    ]
+    assert sorted(name for batch in batches for name in batch) == sorted(KEYS)
+    assert len(batches) <= 2 * MAX_MAP_LENGTH and max(map(len, batches)) > 1, batches
+    (failed_batch,) = [batch for batch in batches if "revoked" in batch]
+    assert len(failed_batch) > 1, "the revoked account shares its batch: it fails it alone"
+    for batch in batches:
+        label = run["labels"][f"{', '.join(batch)}.load"]
+        assert batch == failed_batch or label == ", ".join(batch), run["labels"]
+    # The failed batch's task, and only it, fails; no models (two groups only).
     assert run["accounts"] == {
-        **{name: {"load": "success", "dbt_build": "skipped"} for name in GOOD},
-        "revoked": {"load": "failed", "dbt_build": "upstream_failed"},
+        name: {"load": "failed", "dbt_build": "upstream_failed"}
+        if name in failed_batch
+        else {"load": "success", "dbt_build": "skipped"}
+        for name in KEYS
     }, run
-    # Airflow labels each account's task with the account's name (`dag.test()` renders the
-    # label of a failed task as its map index; the scheduler's workers render it early).
-    assert all(run["labels"][f"{name}.load"] == name for name in GOOD), run["labels"]
     assert set(run["tasks"]) == {"worker_1.plan", "worker_2.plan"}, run
     assert set(run["tasks"].values()) == {"success"}, run
+    # The task names the failed account; its retry ran it alone (the others: done).
+    output = airflow.output()
+    assert (
+        "1 of 2 failed: revoked" in output or f"1 of {len(failed_batch)} failed: revoked" in output
+    )
+    account_reads: dict[str, int] = {}
+    for request in sandbox.requests_log():
+        if request["path"] == "/me":
+            account_reads[request["key"]] = account_reads.get(request["key"], 0) + 1
+    for name in GOOD:
+        reads = sum(account_reads.get(key, 0) for key in KEYS[name])
+        assert reads == 1, f"{name}: loaded {reads} times"
+    for partner in set(failed_batch) - {"revoked"}:
+        assert f"{partner}: done by an earlier try of this task" in output, "retried alone"
     # Each good account its own state id; the revoked account's failed run may leave one of
     # its own (Meltano records the failed job), never anyone else's.
     ids = set(state_ids(airflow))
@@ -128,14 +174,16 @@ def test_each_account_loads_its_own_schema_and_a_revoked_key_fails_only_its_task
                     demo_pipeline.database_rows(connection, schema_of(name), stream),
                     expected[stream],
                 )
-                for streams in STREAMS.values()
-                for stream in streams
+                for group in groups_of(name)
+                for stream in STREAMS[group]
             ]
         assert all(check.matches for check in checks), f"{name}\n" + demo_pipeline.report(checks)
         assert checks[2].rows_in_database > 0, f"{name}: no guests loaded"
         # Only the selected groups' tables, in the account's own schema.
         loaded = tables_in(database_url, schema_of(name))
-        allowed = {s for group in STREAMS for s in (*STREAMS[group], *BOOKKEEPING.get(group, ()))}
+        allowed = {
+            s for group in groups_of(name) for s in (*STREAMS[group], *BOOKKEEPING.get(group, ()))
+        }
         assert loaded <= allowed, loaded
     # Rewards off: the streams are skipped (empty tables, as its truth has none), its core loads.
     with psycopg.connect(database_url) as connection:
@@ -149,4 +197,4 @@ def test_each_account_loads_its_own_schema_and_a_revoked_key_fails_only_its_task
         keys_used.setdefault(request["key"], set()).add(request["path"])
     assert set(keys_used) == {key for keys in KEYS.values() for key in keys}
     assert OWNER_KEYS[1] not in airflow.output()
-    print(f"\ndag.test() of four accounts: {run['seconds']:.1f} s in Airflow")
+    print(f"\ndag.test() of eight accounts in {len(batches)} batches: {run['seconds']:.1f} s")

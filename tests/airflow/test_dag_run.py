@@ -100,7 +100,10 @@ def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
     daily = airflow.dag_test("guestdata_meltano")
     daily_seconds = time.monotonic() - started
     assert daily["state"] == "success", daily
-    assert daily["tasks"] == {"all": "success"}
+    # A single account is a plan of one: the queue's plan task, one mapped load.
+    assert daily["tasks"] == {"default.plan": "success"}
+    assert daily["accounts"] == {"guestdata": {"load": "success"}}
+    assert daily["labels"] == {"guestdata.load": "guestdata"}
     check_against_truth(database_url, sandbox.truth(OWNER_KEYS[0]))
     used = keys_by_group(sandbox)
     assert set(used) == set(GROUPS)
@@ -127,7 +130,8 @@ def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
     started = time.monotonic()
     refresh = airflow.dag_test("guestdata_meltano_weekly_refresh")
     refresh_seconds = time.monotonic() - started
-    assert refresh == {**refresh, "state": "success", "tasks": {"refresh": "success"}}
+    assert refresh == {**refresh, "state": "success", "tasks": {"default.plan": "success"}}
+    assert refresh["accounts"] == {"guestdata": {"load": "success"}}
     with psycopg.connect(database_url) as connection:
         consent = connection.execute(
             sql.SQL("SELECT marketing_consent FROM {} WHERE id = %s").format(
@@ -143,8 +147,11 @@ def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
     assert refresh["assets_published"] == ["guestdata_raw_refresh"]
     assert "dev:tap-guestdata-to-target-postgres:refresh" in state_ids(airflow)
 
-    # Keys reach Meltano through the environment only, never through the DAG's output.
-    assert OWNER_KEYS[1] not in airflow.output()
+    # Keys reach Meltano through the environment only, never through the DAG's output; the
+    # task's log is the tap's own lines (its plan, its progress).
+    output = airflow.output()
+    assert OWNER_KEYS[1] not in output
+    assert "requests in all" in output and "Plan: guests:" in output, "the tap's lines"
     print(
         f"\ndag.test(): daily DAG {daily_seconds:.1f} s (in Airflow {daily['seconds']:.1f} s), "
         f"transform {transform_seconds:.1f} s, "
@@ -187,7 +194,7 @@ def test_a_backfill_of_three_days_reloads_each_runs_own_interval(
         [f"{day} 05:00:00+00:00", f"{day + timedelta(days=1)} 05:00:00+00:00"] for day in days
     ]
     assert all(run["run_type"] == "backfill" for run in runs), runs
-    assert all(run["tasks"] == {"all": "success"} for run in runs), runs
+    assert all(run["accounts"] == {"guestdata": {"load": "success"}} for run in runs), runs
     # Only those days' requests, one run after the other, each its own day.
     dated = dated_requests(sandbox)
     assert [window for _, *window in dated] == sorted(window for _, *window in dated)

@@ -7,7 +7,6 @@ Airflow); each scenario is a set of Variables (`AIRFLOW_VAR_*`) and environment 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ DAILY = "guestdata_meltano"
 REFRESH = "guestdata_meltano_weekly_refresh"
 TRANSFORM = "guestdata_transform"
 GROUPS = ["core", "members", "rewards", "offers", "stats"]
+SINGLE = "guestdata"  # the account of a deployment without an accounts setting
 KEY_NAMES = [f"guestdata_api_key_{n}" for n in range(1, 6)]
 
 
@@ -54,8 +54,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "GUESTDATA_SCHEDULE": "0 1 * * *",
             "GUESTDATA_REFRESH_SCHEDULE": "none",
             "GUESTDATA_CATCHUP": "true",
-            "GUESTDATA_RETRIES": "0",
-            "GUESTDATA_TASK_TIMEOUT_MINUTES": "15",
+            # The settings Variable (one read per parse) beats the environment.
+            "AIRFLOW_VAR_GUESTDATA_SETTINGS": '{"retries": 0, "task_timeout_minutes": 15}',
+            "GUESTDATA_RETRIES": "5",
             "GUESTDATA_KEY_COOLDOWN_SECONDS": "60",  # ignored: no cool-down any more
             "GUESTDATA_RATE_BUDGET_STORE": "redis://broker:6379/3",
             "GUESTDATA_MELTANO_ENVIRONMENT": "dev",
@@ -95,8 +96,9 @@ SCENARIOS["accounts"] = {
     "env": {"GUESTDATA_ACCOUNTS": json.dumps(ACCOUNTS)},
     "known_pools": ["default_pool", *QUEUE_POOLS],
 }
-# 10,000 accounts, one in fifty on a schedule of its own: the DAGs keep the shape of four.
-QUEUES = ["worker_1", "worker_2"]
+# 10,000 accounts in one queue, one in fifty on a schedule of its own: the DAGs keep a fixed
+# shape, and no plan returns more batches than Airflow's max_map_length (1,024 by default).
+QUEUES = ["worker_1"]
 MANY = [
     {"name": f"venue_{n:05d}", "keys": [f"venue_{n:05d}_key"]}
     | ({"schedule": "0 2 * * *"} if n % 50 == 1 else {})
@@ -104,8 +106,8 @@ MANY = [
 ]
 SCENARIOS["accounts_10000"] = {
     "env": {"GUESTDATA_ACCOUNTS": json.dumps({"queues": QUEUES, "accounts": MANY})},
-    "known_pools": ["default_pool", *QUEUE_POOLS],
-    "render_scripts": False,
+    "known_pools": ["default_pool", "guestdata_worker_1"],
+    "details": False,
 }
 
 
@@ -119,29 +121,14 @@ def tasks(result: dict[str, Any], dag_id: str = DAILY) -> dict[str, dict[str, An
     return result["dags"][dag_id]["tasks"]
 
 
-def all_tasks(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {**tasks(result, DAILY), **tasks(result, REFRESH)}
+def loads(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The load tasks of the daily DAG and the weekly refresh, by DAG id."""
+    return {dag_id: tasks(result, dag_id)["default.accounts.load"] for dag_id in (DAILY, REFRESH)}
 
 
-def key_names(task: dict[str, Any]) -> list[str] | None:
-    """The Variable/env names a task's keys come from (its env holds a template, not keys)."""
-    if "TAP_GUESTDATA_API_KEYS" not in task["env"]:
-        return None
-    match = re.fullmatch(
-        r"\{\{ guestdata_api_keys\((\[[^]]*\])\) \}\}", task["env"]["TAP_GUESTDATA_API_KEYS"]
-    )
-    assert match, task["env"]
-    return json.loads(match.group(1).replace("'", '"'))
-
-
-def selected_streams(command: str) -> list[str]:
-    """The streams a command selects (its first TAP_GUESTDATA__SELECT: a daily run's)."""
-    match = re.search(r"^export TAP_GUESTDATA__SELECT='(.*)'$", command, re.MULTILINE)
-    assert match, command
-    return [pattern.removesuffix(".*") for pattern in json.loads(match.group(1))]
-
-
-RELOAD_MACRO = "{{ guestdata_reload(dag_run.run_type, data_interval_start, data_interval_end, "
+def account(result: dict[str, Any], dag_id: str = DAILY, name: str = SINGLE) -> dict[str, Any]:
+    """What the load of `name` resolves to on the worker (`operators.AccountLoad`)."""
+    return result["dags"][dag_id]["accounts"][name]["load"]
 
 
 def test_every_file_in_dags_imports_without_errors(loaded: dict[str, dict[str, Any]]) -> None:
@@ -155,9 +142,12 @@ def test_every_file_in_dags_imports_without_errors(loaded: dict[str, dict[str, A
         assert set(result["dags"]) == expected, name
 
 
-def test_parsing_is_cheap_and_starts_no_process(loaded: dict[str, dict[str, Any]]) -> None:
+def test_parsing_is_cheap_reads_one_variable_and_starts_no_process(
+    loaded: dict[str, dict[str, Any]],
+) -> None:
     for name, result in loaded.items():
         assert result["subprocesses_at_parse"] == [], name
+        assert result["variable_reads"] == ["guestdata_settings"], name
         if name != "accounts_10000":  # its time: bench/dag_parse.py
             assert result["parse_seconds"] < 2, name
 
@@ -180,58 +170,58 @@ STREAMS = {  # read_windows with guests: what each read covered (deletions insid
     "refresh": ["guests", "read_windows", "daily_stats", "daily_account_stats"],
 }
 EVERY_STREAM = [stream for group in GROUPS for stream in STREAMS[group]]
+LOAD_OPERATOR = "tap_guestdata.airflow.operators.GuestDataLoadOperator"
 
 
-def test_daily_dag_runs_the_account_in_one_task_by_default(
+def test_a_single_account_is_a_plan_of_one_loaded_in_one_meltano_run(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
-    daily = tasks(loaded["defaults"])
-    assert list(daily) == ["all"]
-    task = daily["all"]
-    assert task["operator"] == "airflow.providers.standard.operators.bash.BashOperator"
-    # The base extractor alone: no inheriting extractor, no suffix (a plain run's state id).
-    assert task["bash_command"].endswith(
-        'exec meltano --environment=prod run "${take_over[@]}" "${run[@]}" '
-        "tap-guestdata target-postgres guestdata-pg-types:timestamptz"
-    )
-    assert "\nsuffix=''\nrun=(--no-install)\n" in task["bash_command"]
-    assert "--full-refresh" not in task["bash_command"]
-    assert RELOAD_MACRO in task["bash_command"], "a backfill run reloads its interval"
-    assert task["skip_on_exit_code"] == [99], "a reload with nothing to read is skipped"
+    result = loaded["defaults"]
+    daily = tasks(result)
+    assert list(daily) == ["default.plan", "default.accounts.load"]
+    task = daily["default.accounts.load"]
+    assert task["operator"] == LOAD_OPERATOR
+    assert task["mapped"] and task["map_index_template"] == "{{ task.label }}"
+    assert task["upstream"] == ["default.plan"]
+    assert task["blocks"] == ["tap-guestdata", "target-postgres", "guestdata-pg-types:timestamptz"]
+    assert (task["meltano_bin"], task["environment"]) == ("meltano", "prod")
+    assert task["project_root"] == str(DAGS_FOLDER.parent)
+    assert task["reloadable"] is True and task["full_refresh"] is False
     # A backfill's tasks yield the queue's pool to the daily run's (priority.py).
     assert task["priority"] == {"scheduled": 10, "backfill": 1}
-    assert selected_streams(task["bash_command"]) == EVERY_STREAM
-    assert task["cwd"] == str(DAGS_FOLDER.parent)
-    assert task["append_env"] is True
+    planned = result["dags"][DAILY]["accounts"]
+    assert {name: (p["group"], p["batch"]) for name, p in planned.items()} == {
+        SINGLE: ("default", 0)
+    }
+    # The base extractor alone, all streams, the plain state id (no suffix), Meltano's schema.
+    assert account(result) == {
+        "name": SINGLE,
+        "runs": [{"streams": EVERY_STREAM, "state_id_suffix": None}],
+        "key_variables": [],
+        "env": {},
+        "assets": GROUPS,
+        "build": True,
+    }
 
 
-def test_task_shape_groups_runs_one_independent_task_per_stream_group(
+def test_task_shape_groups_runs_the_groups_side_by_side_each_with_its_state_id(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
-    daily = tasks(loaded["groups"])
-    assert list(daily) == GROUPS
-    for group, task in daily.items():
-        assert task["upstream"] == [], "groups must be free to run in parallel"
-        assert (
-            f'\nsuffix={group}\nrun=(--no-install "--state-id-suffix=$suffix")\n'
-            in (task["bash_command"])
-        )
-        assert selected_streams(task["bash_command"]) == STREAMS[group]
-        # Its own Meltano run directory: run/tap-guestdata/ is not shared by the tasks.
-        assert 'own="$shared/tasks/${suffix:-default}"' in task["bash_command"]
+    runs = account(loaded["groups"])["runs"]
+    assert runs == [{"streams": STREAMS[g], "state_id_suffix": g} for g in GROUPS]
+    assert account(loaded["groups"])["assets"] == GROUPS
 
 
 def test_weekly_refresh_rereads_guests_and_stats_in_full(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
-    refresh = tasks(loaded["defaults"], REFRESH)
-    assert list(refresh) == ["refresh"]
-    command = refresh["refresh"]["bash_command"]
-    assert '\nsuffix=refresh\nrun=(--no-install "--state-id-suffix=$suffix" --full-refresh)\n' in (
-        command
-    )
-    assert RELOAD_MACRO not in command, "the refresh reads everything anyway"
-    assert selected_streams(command) == STREAMS["refresh"]
+    refresh = loads(loaded["defaults"])[REFRESH]
+    assert refresh["full_refresh"] is True
+    assert refresh["reloadable"] is False, "the refresh reads everything anyway"
+    assert account(loaded["defaults"], REFRESH)["runs"] == [
+        {"streams": STREAMS["refresh"], "state_id_suffix": "refresh"}
+    ]
+    assert account(loaded["defaults"], REFRESH)["assets"] == ["refresh"]
     assert loaded["defaults"]["dags"][REFRESH]["schedule"] == "0 3 * * 0"
 
 
@@ -253,43 +243,35 @@ def test_schedules_are_cron_without_catchup_and_one_run_at_a_time(
 def test_tasks_retry_with_exponential_backoff_and_time_out(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
-    for task_id, task in all_tasks(loaded["defaults"]).items():
+    for dag_id, task in loads(loaded["defaults"]).items():
         assert task["retries"] == 3
         assert task["retry_delay"] == 300
         assert task["retry_exponential_backoff"] == 2.0
         assert task["max_retry_delay"] == 3600
-        expected_timeout = 6 * 3600 if task_id == "refresh" else 3 * 3600
+        expected_timeout = 6 * 3600 if dag_id == REFRESH else 3 * 3600
         assert task["execution_timeout"] == expected_timeout
-        # No cool-down: the shared rate budget counts the rolling minute (spec 8).
-        assert "sleep" not in task["bash_command"]
 
 
 def test_without_configured_keys_the_tasks_use_meltanos_key_in_the_queues_pool(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
-    for task in all_tasks(loaded["defaults"]).values():
+    for dag_id, task in loads(loaded["defaults"]).items():
         assert task["pool"] == "guestdata_default"
-        assert key_names(task) is None  # the key comes from Meltano's environment config
-        assert "TAP_GUESTDATA_API_KEY" not in task["env"]
-        assert "TAP_GUESTDATA_RATE_BUDGET_STORE" not in task["env"]  # the tap's default
+        assert account(loaded["defaults"], dag_id)["key_variables"] == []  # Meltano's config
+        assert task["env"] == {}, "the tap's default budget store, Airflow's default queue"
 
 
 @pytest.mark.parametrize("count", range(1, 6))
 def test_every_task_uses_every_key(loaded: dict[str, dict[str, Any]], count: int) -> None:
     """The shared budget divides a key between tasks, so no task is held to one key."""
-    for task_id, task in all_tasks(loaded[f"keys_{count}"]).items():
-        assert key_names(task) == KEY_NAMES[:count], task_id
+    for dag_id, task in loads(loaded[f"keys_{count}"]).items():
+        assert account(loaded[f"keys_{count}"], dag_id)["key_variables"] == KEY_NAMES[:count]
         assert task["pool"] == "guestdata_default"
-        # No key configured elsewhere (another account's) joins them: api_key is the first.
-        assert task["env"]["TAP_GUESTDATA_API_KEY"] == (
-            f"{{{{ guestdata_api_key({KEY_NAMES[0]!r}) }}}}"
-        )
 
 
 def test_keys_stay_out_of_the_dag_and_out_of_logs(loaded: dict[str, dict[str, Any]]) -> None:
     result = loaded["overrides"]
-    for task in all_tasks(result).values():
-        assert "gd_owner_growth" not in task["bash_command"] + str(task["env"])
+    assert "gd_owner_growth" not in json.dumps(result["dags"])
     assert result["api_keys"]["guestdata_k1"] == {
         "value": "gd_owner_growth_4",
         "masked_in_logs": True,
@@ -302,39 +284,37 @@ def test_keys_stay_out_of_the_dag_and_out_of_logs(loaded: dict[str, dict[str, An
     assert "guestdata_missing" in error
 
 
-def test_settings_come_from_variables_then_environment(
+def test_settings_come_from_the_variable_then_environment(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
     result = loaded["overrides"]
     dags = result["dags"]
-    assert dags[DAILY]["schedule"] == "30 4 * * *"  # the Variable, not GUESTDATA_SCHEDULE
+    assert dags[DAILY]["schedule"] == "30 4 * * *"  # AIRFLOW_VAR_, not GUESTDATA_SCHEDULE
     assert dags[REFRESH]["schedule"] is None  # "none": manual runs only
     assert dags[DAILY]["catchup"] is True
-    task = tasks(result)["all"]
-    assert key_names(task) == ["guestdata_k1", "GUESTDATA_TEST_K2"]
-    assert task["retries"] == 0
+    assert account(result)["key_variables"] == ["guestdata_k1", "GUESTDATA_TEST_K2"]
+    task = tasks(result)["meltano.accounts.load"]
+    assert task["retries"] == 0, "the settings Variable, not GUESTDATA_RETRIES"
     assert task["execution_timeout"] == 15 * 60
     assert task["queue"] == "meltano"
     assert task["pool"] == "guestdata_meltano"
-    assert task["cwd"] == "/srv/tap-guestdata"
-    assert task["env"]["TAP_GUESTDATA_RATE_BUDGET_STORE"] == "redis://broker:6379/3"
-    assert task["env"]["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] == "meltano"  # the queue
-    # No timestamptz step for a target other than target-snowflake; no cool-down (ignored).
-    assert task["bash_command"].endswith(
-        'take_over=(); [ "{{ ti.try_number }}" -le 1 ] || take_over=(--force)\n'
-        'exec /opt/meltano/bin/meltano --environment=dev run "${take_over[@]}" "${run[@]}" '
-        "tap-guestdata target-snowflake"
-    )
+    assert task["project_root"] == "/srv/tap-guestdata"
+    assert task["env"] == {
+        "TAP_GUESTDATA_RATE_BUDGET_STORE": "redis://broker:6379/3",
+        "TAP_GUESTDATA_RATE_BUDGET_ADDRESS": "meltano",  # the queue
+    }
+    # No timestamptz step for a target other than target-postgres.
+    assert task["blocks"] == ["tap-guestdata", "target-snowflake"]
+    assert (task["meltano_bin"], task["environment"]) == ("/opt/meltano/bin/meltano", "dev")
 
 
-def test_each_load_task_publishes_the_asset_of_its_group(
+def test_every_load_publishes_its_accounts_assets(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
-    daily = tasks(loaded["defaults"])
-    assert daily["all"]["outlets"] == [f"guestdata_raw_{group}" for group in GROUPS]
-    assert tasks(loaded["defaults"], REFRESH)["refresh"]["outlets"] == ["guestdata_raw_refresh"]
-    for group, task in tasks(loaded["groups"]).items():
-        assert task["outlets"] == [f"guestdata_raw_{group}"], group
+    for task in [*loads(loaded["defaults"]).values(), *loads(loaded["groups"]).values()]:
+        assert task["outlets"] == ["guestdata_raw"], "the alias its account's assets go through"
+    assert account(loaded["defaults"])["assets"] == GROUPS
+    assert account(loaded["defaults"], REFRESH)["assets"] == ["refresh"]
 
 
 def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
@@ -348,10 +328,13 @@ def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
     assert transform["max_active_runs"] == 1
     assert transform["catchup"] is False
     task = transform["tasks"]["dbt_build"]
-    assert task["bash_command"] == "meltano --environment=prod run --no-install dbt-postgres:build"
+    assert task["operator"] == "tap_guestdata.airflow.operators.GuestDataModelsOperator"
+    assert task["blocks"] == ["dbt-postgres:build"]
+    assert task["accounts"] == [
+        {"name": SINGLE, "runs": [], "key_variables": [], "env": {}, "assets": [], "build": True}
+    ]
     assert task["pool"] == "default_pool", "no API calls: not in the queue's pool"
     assert task["outlets"] == ["guestdata_models"]
-    assert task["append_env"] is True
     assert task["execution_timeout"] == 3600
 
 
@@ -384,81 +367,86 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
             for queue in ("worker_1", "worker_2")
             for name, expected in {
                 "plan": (False, []),
-                "account.load": (True, [f"{queue}.plan"]),
-                "account.dbt_build": (True, [f"{queue}.account.load", f"{queue}.plan"]),
+                "accounts.load": (True, [f"{queue}.plan"]),
+                "accounts.dbt_build": (True, [f"{queue}.accounts.load", f"{queue}.plan"]),
             }.items()
         }, dag_id
     queue_of_account: dict[str, str] = {}
     for dag_id, dag in result["dags"].items():
-        for account, planned in dag["accounts"].items():
+        for name, planned in dag["accounts"].items():
             queue = planned["group"]
-            load = dag["tasks"][f"{queue}.account.load"]
-            assert load["map_index_template"] == "{{ task.account }}", "labelled by account"
+            load = dag["tasks"][f"{queue}.accounts.load"]
+            assert load["operator"] == LOAD_OPERATOR
+            assert load["map_index_template"] == "{{ task.label }}", "labelled by its accounts"
             assert load["pool"] == f"guestdata_{queue}" and load["pool"] in QUEUE_POOLS
             assert load["queue"] == queue
             assert load["env"]["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] == queue
-            assert load["env"]["TAP_GUESTDATA_API_KEYS"] == (
-                "{{ guestdata_account_keys(task.account) }}"
-            ), "every key of its account, found on the worker"
-            assert load["skip_on_exit_code"] == [99]
             # Every task of the queue's group on its queue: a deployment's workers serve those.
             group_tasks = [t for i, t in dag["tasks"].items() if i.startswith(f"{queue}.")]
             assert {t["queue"] for t in group_tasks} == {queue}
             assert load["priority"] == {"scheduled": 10, "backfill": 1}, "daily runs first"
-            assert queue_of_account.setdefault(account, queue) == queue, "one queue each"
-            script = planned["script"]
-            schema = "raw_saltmarsh" if account == "saltmarsh" else f"guestdata_{account}"
-            assert f"export TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA={schema}\n" in script
-            base_url = "https://eu.example/api/v1/customer" if account == "saltmarsh" else None
-            assert ("export TAP_GUESTDATA_BASE_URL=" in script) == (base_url is not None)
-            assert 'export MELTANO_SYS_DIR_ROOT="$own"' in script
-            groups = {
-                "harbour": GROUPS,
-                "quay": GROUPS,
-                "saltmarsh": ["core", "stats"],
-                "northgate": ["rewards"],
-            }[account]
-            runs = script.count("tap-guestdata target-postgres")
+            assert queue_of_account.setdefault(name, queue) == queue, "one queue each"
+            entry = next(a for a in ACCOUNTS["accounts"] if a["name"] == name)
+            work = planned["load"]
+            assert work["key_variables"] == entry["keys"], "every key of its account"
+            assert work["assets"] == [name], "its account's asset"
+            schema = entry.get("target_schema", f"guestdata_{name}")
+            base_url = {"TAP_GUESTDATA_BASE_URL": entry["base_url"]} if "base_url" in entry else {}
+            assert work["env"] == {"TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA": schema, **base_url}
+            groups = entry.get("groups", GROUPS)
             if dag_id == REFRESH:
-                assert runs == 1 and selected_streams(script) == STREAMS["refresh"]
-                assert f"\nsuffix={account}-refresh\n" in script and "--full-refresh" in script
+                assert load["full_refresh"] is True
+                assert work["runs"] == [
+                    {"streams": STREAMS["refresh"], "state_id_suffix": f"{name}-refresh"}
+                ]
                 continue
+            assert load["reloadable"] is True and load["full_refresh"] is False
             # Large: its groups side by side, a state id each; else one run of all its groups.
-            suffixes = re.findall(r"^suffix=(\S+)$", script, re.MULTILINE)
-            if account == "harbour":
-                assert suffixes == [f"harbour-{group}" for group in GROUPS]
-                assert runs == 5 and script.count(") &\npids+=($!)") == 5
+            if name == "harbour":
+                assert work["runs"] == [
+                    {"streams": STREAMS[g], "state_id_suffix": f"harbour-{g}"} for g in GROUPS
+                ]
             else:
-                assert suffixes == [account] and runs == 1
-                assert selected_streams(script) == [s for g in groups for s in STREAMS[g]]
-            assert "# a daily run: Meltano state drives the window" in script
-            reload = planned["reload_script"]
-            assert "export TAP_GUESTDATA_START_DATE=2026-10-01\n" in reload
-            assert "export TAP_GUESTDATA_END_DATE=2026-10-01\n" in reload
-            build = planned["build_script"]
-            if set(groups) == set(GROUPS):
-                assert build.endswith(
-                    "meltano --environment=prod run --no-install dbt-postgres:build"
-                )
-                assert f"export DBT_TARGET_PATH=target/accounts/{account}\n" in build
-                assert f"export TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA={schema}\n" in build
-            else:
-                assert build.endswith("exit 99"), "the models need every group: skipped"
+                streams = [s for g in groups for s in STREAMS[g]]
+                assert work["runs"] == [{"streams": streams, "state_id_suffix": name}]
+            build = planned["build"]
+            assert build["build"] == (set(groups) == set(GROUPS)), "the models need every group"
+            assert build["env"] == {
+                "TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA": schema,
+                **base_url,
+                "DBT_TARGET_PATH": f"target/accounts/{name}",
+                "DBT_LOG_PATH": f"logs/accounts/{name}",
+            }
+            models = dag["tasks"][f"{queue}.accounts.dbt_build"]
+            assert models["blocks"] == ["dbt-postgres:build"]
+            assert models["outlets"] == ["guestdata_models"]
     assert set(queue_of_account.values()) == {"worker_1", "worker_2"}
 
 
-def test_ten_thousand_accounts_parse_into_the_same_few_tasks(
+def test_ten_thousand_accounts_in_one_queue_parse_into_a_few_tasks_and_few_batches(
     loaded: dict[str, dict[str, Any]],
 ) -> None:
     """Parsing builds a fixed set of tasks whatever the number of accounts (the time it takes:
-    bench/dag_parse.py); the accounts are fanned out when the plan tasks run."""
-    many, four = loaded["accounts_10000"], loaded["accounts"]
+    bench/dag_parse.py); the plan tasks return at most max_map_length (1,024) batches."""
+    many = loaded["accounts_10000"]
     assert many["import_errors"] == {} and many["dag_warnings"] == []
-    assert set(many["dags"]) == set(four["dags"])
+    assert set(many["dags"]) == {DAILY, f"{DAILY}_at_0_2_x_x_x", REFRESH}
     for dag_id, dag in many["dags"].items():
-        assert list(dag["tasks"]) == list(four["dags"][dag_id]["tasks"]), dag_id
+        assert list(dag["tasks"]) == [
+            "worker_1.plan",
+            "worker_1.accounts.load",
+            "worker_1.accounts.dbt_build",
+        ], dag_id
     own = many["dags"][f"{DAILY}_at_0_2_x_x_x"]["accounts"]
-    daily = [*many["dags"][DAILY]["accounts"], *own]
-    assert sorted(daily) == sorted(a["name"] for a in MANY), "each account in one daily DAG"
+    daily = many["dags"][DAILY]["accounts"]
+    assert sorted([*daily, *own]) == sorted(a["name"] for a in MANY), "each in one daily DAG"
     assert len(own) == 200
-    assert len(many["dags"][REFRESH]["accounts"]) == 10_000
+    refresh = many["dags"][REFRESH]["accounts"]
+    assert len(refresh) == 10_000
+    # 10,000 accounts: 1,000 batches of 10; 9,800: 980 of 10; 200: a batch each.
+    for planned, batches in ((refresh, 1000), (daily, 980), (own, 200)):
+        sizes: dict[int, int] = {}
+        for entry in planned.values():
+            sizes[entry["batch"]] = sizes.get(entry["batch"], 0) + 1
+        assert len(sizes) == batches <= 1024
+        assert set(sizes.values()) == ({1} if batches == 200 else {10})

@@ -66,13 +66,13 @@ def user_dags(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def without_project_root(result: dict[str, Any]) -> dict[str, Any]:
-    """The result, less what differs by design: the project root (tasks' cwd) and timing."""
+    """The result, less what differs by design: the project root (tasks') and timing."""
     result = copy.deepcopy(result)
     del result["parse_seconds"], result["factory_file"]
     for dag in result["dags"].values():
         for task in dag["tasks"].values():
-            if task["cwd"] in (USER_PROJECT, str(PROJECT_ROOT)):
-                task["cwd"] = "<project root>"
+            if task["project_root"] in (USER_PROJECT, str(PROJECT_ROOT)):
+                task["project_root"] = "<project root>"
     return result
 
 
@@ -96,8 +96,8 @@ def test_a_users_dags_file_builds_todays_dags_tasks_and_pools(
         assert without_project_root(users) == without_project_root(mine), name
     defaults = theirs[list(SCENARIOS).index("defaults")]
     tasks = defaults["dags"][DAILY]["tasks"]
-    assert {task["cwd"] for task in tasks.values()} == {USER_PROJECT}
-    assert sorted(defaults["dags"][DAILY]["tasks"]) == ["all"]
+    assert tasks["default.accounts.load"]["project_root"] == USER_PROJECT
+    assert sorted(tasks) == ["default.accounts.load", "default.plan"]
 
 
 def test_without_this_projects_blocks_the_dags_load_and_stop(
@@ -110,12 +110,9 @@ def test_without_this_projects_blocks_the_dags_load_and_stop(
     assert result["import_errors"] == {}
     assert result["dag_warnings"] == []
     assert set(result["dags"]) == {DAILY, REFRESH}
-    for task in result["dags"][DAILY]["tasks"].values():
-        assert task["bash_command"].endswith(
-            'exec meltano --environment=prod run "${take_over[@]}" "${run[@]}" '
-            "tap-guestdata target-postgres"
-        )
-        assert task["pool"] == "guestdata_default"
+    load = result["dags"][DAILY]["tasks"]["default.accounts.load"]
+    assert load["blocks"] == ["tap-guestdata", "target-postgres"]
+    assert load["pool"] == "guestdata_default"
 
 
 # build_dags arguments -> the environment variables that give this repository's dags/ the same.
@@ -165,8 +162,7 @@ def test_the_factorys_arguments_are_the_settings_and_variables_still_win(
     for name, mine, users in zip(ARGUMENTS, inspect_dags(airflow_home, ours), results, strict=True):
         assert users["import_errors"] == {} and users["dag_warnings"] == [], name
         assert without_project_root(users) == without_project_root(mine), name
-    command = overridden["dags"][DAILY]["tasks"]["all"]["bash_command"]
-    assert "meltano --environment=staging run" in command
+    assert overridden["dags"][DAILY]["tasks"]["default.accounts.load"]["environment"] == "staging"
     (error,) = unrooted["import_errors"].values()
     assert "Meltano project root unknown" in error and "MELTANO_PROJECT_ROOT" in error
 
@@ -175,11 +171,51 @@ def test_a_users_project_needs_tap_guestdata_alone() -> None:
     """The tasks choose their streams (TAP_GUESTDATA__SELECT) and state ids (--state-id-suffix)
     themselves: the docs ask for no inheriting extractor, and the groups cover the tap's
     streams exactly once."""
-    from tap_guestdata.airflow.dags import STREAM_GROUPS, streams_of
+    from tap_guestdata.airflow.plan import streams_of
+    from tap_guestdata.catalog import GROUPS
     from tap_guestdata.tap import STREAM_TYPES
 
     docs = (PROJECT_ROOT / "docs" / "airflow.md").read_text()
     assert "inherit_from: tap-guestdata" not in docs
-    grouped = streams_of(list(STREAM_GROUPS))
+    grouped = streams_of(GROUPS)
     assert sorted(grouped) == sorted(stream.name for stream in STREAM_TYPES)
     assert len(grouped) == len(set(grouped))
+
+
+def test_a_dag_written_by_hand_with_the_operator_is_what_the_docs_say(
+    airflow_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """docs/airflow.md's "Writing a DAG by hand": the operator with one typed account, and a
+    DAG of the user's scheduled on that account's asset; no settings, so no Variable read."""
+    docs = (PROJECT_ROOT / "docs" / "airflow.md").read_text()
+    section = docs.split("### Writing a DAG by hand", 1)[1].split("\n### ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)\n```", section, re.DOTALL)
+    folder = dags_folder(tmp_path_factory, block)
+    scenario = {"dags_folder": str(folder), "known_pools": known_pools()}
+    (result,) = inspect_dags(airflow_home, [scenario])
+    assert result["import_errors"] == {} and result["dag_warnings"] == []
+    assert result["variable_reads"] == []
+    load = result["dags"]["harbour_core"]["tasks"]["load"]
+    assert load["operator"] == "tap_guestdata.airflow.operators.GuestDataLoadOperator"
+    assert load["accounts"] == [
+        {
+            "name": "harbour",
+            "runs": [
+                {
+                    "streams": ["account", "venues", "guests", "read_windows"],
+                    "state_id_suffix": "harbour-core",
+                }
+            ],
+            "key_variables": ["harbour_key_1", "harbour_key_2"],
+            "env": {"TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA": "guestdata_harbour"},
+            "assets": ["harbour"],
+            "build": True,
+        }
+    ]
+    assert load["outlets"] == ["guestdata_raw"], "its account's asset, through the alias"
+    assert (load["pool"], load["retries"], load["execution_timeout"]) == (
+        "guestdata_default",
+        3,
+        3 * 3600,
+    )
+    assert result["dags"]["harbour_report"]["asset_condition"] == "guestdata_raw_harbour"

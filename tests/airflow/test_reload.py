@@ -1,12 +1,11 @@
 """What a run of the daily DAG re-reads (tap_guestdata/airflow/reload.py; no Airflow needed):
 the London days of its data interval, the windowed streams its params choose, its own state id.
-The rendered commands are checked in test_dags.py and run for real in test_dag_run.py."""
+The operator's runs of a reload are run for real in test_dag_run.py."""
 
 from __future__ import annotations
 
 import datetime as dt
 import enum
-import subprocess
 
 import pytest
 
@@ -15,7 +14,7 @@ from tap_guestdata.airflow.reload import (
     ReloadError,
     chosen_streams,
     interval_days,
-    reload_lines,
+    reload_of,
 )
 
 UTC = dt.timezone.utc
@@ -64,9 +63,8 @@ def test_params_choose_windowed_streams_of_the_task_in_its_order() -> None:
 
 
 @pytest.mark.parametrize("run_type", ["scheduled", DagRunType.MANUAL])
-def test_a_daily_run_gets_no_reload_lines(run_type: object) -> None:
-    lines = reload_lines(run_type, at("2026-10-01 05:00"), at("2026-10-02 05:00"), {}, ALL)
-    assert lines == "# a daily run: Meltano state drives the window"
+def test_a_daily_run_is_no_reload(run_type: object) -> None:
+    assert reload_of(run_type, at("2026-10-01 05:00"), at("2026-10-02 05:00"), {}, ALL) is None
 
 
 @pytest.mark.parametrize(
@@ -81,38 +79,31 @@ def test_a_daily_run_gets_no_reload_lines(run_type: object) -> None:
 def test_a_backfill_run_or_a_reload_param_reads_its_days_under_its_own_state_id(
     run_type: object, params: dict[str, object]
 ) -> None:
-    lines = reload_lines(
+    reload = reload_of(
         run_type,
         at("2026-10-01 05:00"),
         at("2026-10-02 05:00"),
         {**params, "reload_streams": ["core"]},
         ALL,
     )
-    script = f"set -u\nsuffix=harbour\nrun=()\n{lines}\n"
-    script += 'echo "$TAP_GUESTDATA_START_DATE $TAP_GUESTDATA_END_DATE|$TAP_GUESTDATA__SELECT'
-    script += '|$suffix|${run[*]}"'
-    shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
-    assert shell.stdout.strip().split("|") == [
-        "2026-10-01 2026-10-01",
-        '["guests.*", "read_windows.*"]',
-        "harbour-reload-2026-10-01-2026-10-01",
-        "--no-install --state-id-suffix=harbour-reload-2026-10-01-2026-10-01 --full-refresh",
-    ]
+    assert reload is not None
+    assert (reload.first.isoformat(), reload.last.isoformat()) == ("2026-10-01", "2026-10-01")
+    assert reload.streams == ("guests", "read_windows")
+    assert reload.label == "reload-2026-10-01-2026-10-01", "the state id suffix's tail"
 
 
-def test_a_reload_with_nothing_of_the_task_to_read_is_skipped() -> None:
-    lines = reload_lines(
+def test_a_reload_with_nothing_of_the_task_to_read_reads_no_stream() -> None:
+    reload = reload_of(
         "backfill",
         at("2026-10-01 05:00"),
         at("2026-10-02 05:00"),
         {"reload_streams": ["stats"]},
         ALL,
     )
-    shell = subprocess.run(["bash", "-c", lines], capture_output=True, text=True, check=False)
-    assert shell.returncode == 99, "Airflow marks the task skipped"
-    assert "nothing of this task's streams to reload for 2026-10-01 to 2026-10-01" in shell.stdout
+    assert reload is not None and reload.streams == (), "the operator skips the run"
+    assert reload.period == "2026-10-01 to 2026-10-01"
 
 
 def test_a_reload_without_a_data_interval_says_what_it_needs() -> None:
     with pytest.raises(ReloadError, match="data interval"):
-        reload_lines("manual", None, None, {"reload": True}, ALL)
+        reload_of("manual", None, None, {"reload": True}, ALL)

@@ -116,6 +116,23 @@ class LocalCluster:
                     found += [f"{path}: {key}" for key in VARIABLES.values() if key in text]
         return found
 
+    def keys_at_rest(self) -> list[str]:
+        """Files of the workers' Meltano project (run directories, logs, the tasks' own
+        directories) that hold an API key in clear; plugin virtualenvs and links are not read,
+        nor meltano.yml (its dev environment names the sandbox's public owner key)."""
+        found = []
+        for folder, dirs, files in os.walk(self.home / "project", followlinks=False):
+            dirs[:] = [d for d in dirs if d not in ("venvs", ".venv", "target", "dbt_packages")]
+            for name in files:
+                path = Path(folder, name)
+                if path.is_symlink() or path.stat().st_size > 50_000_000:
+                    continue
+                if path == self.home / "project" / "meltano.yml":
+                    continue
+                text = path.read_text(errors="replace")
+                found += [f"{path}: {key}" for key in VARIABLES.values() if key in text]
+        return found
+
     def is_up(self) -> bool:
         return (self.home / "cluster.json").exists()
 

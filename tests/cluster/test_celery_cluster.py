@@ -13,7 +13,8 @@ off), stream groups core and members, the planner's queues for the accounts (one
 3. a worker SIGKILLed in the middle of that member-ledger sync, once Meltano has stored the
    sync's state: the killed task's slots in the shared budget free within one window, the run
    still succeeds after one retry, the tables equal the truth, and the stream's requests stay
-   within 1.10x of the uninterrupted run's.
+   within 1.10x of the uninterrupted run's; the key the kill left on disk (the run's Meltano
+   configuration) is gone once the retry has run: no file of the project holds a key.
 
 Figures (up time, wall time beside the planner's forecast, requests per address, the kill's
 costs) are printed and saved to `<tmp>/cluster-figures.json`; `pytest -s` shows them.
@@ -94,6 +95,7 @@ def test_three_accounts_on_two_workers_load_their_truth_within_the_limits(
     assert plans and set(plans.values()) == {"success"}, plans
     assert table_checks(sandbox, cluster) == {}
     assert cluster.keys_in_logs() == [], "a key in clear in a log"
+    assert cluster.keys_at_rest() == [], "a key left in a file of the workers' project"
     log = sandbox.requests_log(after=first)
     assert log, "the sandbox saw no request"
 
@@ -247,6 +249,9 @@ def test_a_worker_killed_mid_ledger_sync_costs_one_retry(
         killed["ledger_requests"] = ledger_requests(sandbox.requests_log(after=first), keys)
         killed["at"] = time.time()
         cluster.command("kill-worker", str(worker), timeout=60)
+        # A SIGKILL runs no cleanup: the killed run's configuration (its key) is on disk,
+        # readable by the worker's user alone, until the retry's hook sweeps it.
+        killed["key_files_after_kill"] = len(cluster.keys_at_rest())
         # From the moment the worker's processes are dead (the command can take seconds on a
         # loaded machine, while the task still takes slots): a dead process holds nothing
         # past the window of its last slot.
@@ -276,6 +281,8 @@ def test_a_worker_killed_mid_ledger_sync_costs_one_retry(
     tries = run.tries[KILLED_TASK]
     assert [t["state"] for t in tries] == ["failed", "success"], tries
     assert table_checks(sandbox, cluster) == {}
+    assert killed["key_files_after_kill"] > 0, "the kill left the run's configuration"
+    assert cluster.keys_at_rest() == [], "the retry swept it; its own run removed its own"
 
     # The heartbeat timeout noticed the lost worker; the retry resumed from the stored state.
     noticed = when(tries[0]["end_date"]) - killed["at"]
@@ -297,6 +304,7 @@ def test_a_worker_killed_mid_ledger_sync_costs_one_retry(
             "seconds_kill_to_failed": round(noticed, 1),
             "seconds_dead_to_slots_free": round(killed["slots_free_after"], 1),
             "seconds_kill_to_retry_start": round(retried, 1),
+            "key_files_after_kill": killed["key_files_after_kill"],
             "run_seconds": round(run.seconds, 1),
             "retried_tasks": sorted(t for t, ti in run.tasks.items() if ti["try_number"] > 1),
         }

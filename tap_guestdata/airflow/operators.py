@@ -1,0 +1,310 @@
+"""The Guest Data operators: a batch of accounts' `meltano run`s from typed arguments.
+
+`GuestDataLoadOperator` loads accounts (`AccountLoad`: the account's Meltano runs, each its
+streams and state id suffix; the names of the Variables holding its keys; its schema and base
+URL), one after the other; an account split by stream group runs its groups side by side.
+`GuestDataModelsOperator` builds the accounts' models the same way. A single account is a batch
+of one; the many-accounts DAGs map a batch per task so no list outgrows `max_map_length`.
+
+- Keys are read on the worker when the task runs (Variable, else the worker's environment),
+  masked, and reach Meltano through its process environment only (`hooks.MeltanoHook`).
+- A run with nothing to do (a reload of streams the account does not load) is skipped; a task
+  whose accounts were all skipped raises `AirflowSkipException`.
+- A failed account fails the task naming it; the others still run. A task of several accounts
+  records the ones done in a Variable while it runs, so its retry runs only the rest.
+- `on_kill` (and a timeout) ends every Meltano process group the task started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator, Variable
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.log import mask_secret
+
+from tap_guestdata.airflow.hooks import MeltanoHook
+from tap_guestdata.airflow.reload import Reload, reload_of
+
+EXTRACTOR = "tap-guestdata"
+RAW_ALIAS = AssetAlias(name="guestdata_raw", group="guestdata")  # what every load publishes
+
+
+def raw_asset(key: str) -> Asset:
+    """The raw tables of an account (`guestdata_raw_<account>`) or, with a single account, of
+    a stream group or the refresh (`guestdata_raw_<group>`)."""
+    return Asset(name=f"guestdata_raw_{key}", uri=f"guestdata://raw/{key}", group="guestdata")
+
+
+MODELS_ASSET = Asset(name="guestdata_models", uri="guestdata://models", group="guestdata")
+
+
+@dataclass(frozen=True)
+class MeltanoRun:
+    """One `meltano run` of an account: its streams, under `<env>:tap-...-to-...[:suffix]`."""
+
+    streams: tuple[str, ...]
+    state_id_suffix: str | None = None  # None: the plain state id (a single account's)
+
+
+@dataclass(frozen=True)
+class AccountLoad:
+    """What a task needs to load one account (no key in it: the names of its keys)."""
+
+    name: str
+    runs: tuple[MeltanoRun, ...]
+    key_variables: tuple[str, ...] = ()  # none: the key Meltano's own configuration holds
+    env: Mapping[str, str] = field(default_factory=dict)  # its schema, base URL, dbt paths
+    assets: tuple[str, ...] = ()  # `raw_asset` keys published when it loads
+    build: bool = True  # its models can be built (every stream group loaded)
+
+
+Resolver = Callable[[str], AccountLoad]
+# The factory's accounts by name, per `<DAG id>:<load|build>`: a mapped task's names come from
+# its plan task (XCom), and the DAG file the worker just parsed knows each account's details.
+RESOLVERS: dict[str, Resolver] = {}
+
+
+def api_key(name: str) -> str:
+    """The key in Variable `name`, else env var `name`; masked in logs whatever the name."""
+    try:
+        value = Variable.get(name, default=None)
+    except Exception:  # no API server (a local run): the worker's environment only
+        value = None
+    value = value or os.environ.get(name)
+    if not value:
+        raise ValueError(f"API key {name!r}: no Airflow Variable or environment variable so named")
+    mask_secret(value)
+    return value
+
+
+class GuestDataAccountsOperator(BaseOperator):
+    """A batch of accounts, each one after the other; see the module's docstring."""
+
+    ui_color = "#e8f1fa"
+    account_verb: ClassVar[str] = "load"
+    # Rendered first thing on the worker: a mapped task's names are resolved there.
+    template_fields = ("accounts",)
+
+    def __init__(
+        self,
+        *,
+        accounts: Sequence[AccountLoad | str],
+        project_root: str,
+        meltano_bin: str = "meltano",
+        environment: str = "prod",
+        blocks: Sequence[str] = (EXTRACTOR, "target-postgres"),
+        env: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.accounts = accounts  # a mapped task's is resolved when its fields are rendered
+        self.project_root = project_root
+        self.meltano_bin = meltano_bin
+        self.environment = environment
+        self.blocks = list(blocks)
+        self.env = dict(env or {})
+        self.hook: MeltanoHook | None = None
+
+    @property
+    def label(self) -> str:
+        """The task's accounts by name (its map index label)."""
+        names = [a if isinstance(a, str) else a.name for a in self.accounts]
+        return ", ".join(names)
+
+    def resolve(self, account: AccountLoad | str) -> AccountLoad:
+        if isinstance(account, AccountLoad):
+            return account
+        try:
+            return RESOLVERS[f"{self.dag_id}:{self.account_verb}"](account)
+        except KeyError:
+            raise AirflowException(f"account {account!r}: unknown to DAG {self.dag_id}") from None
+
+    def execute(self, context: Any) -> list[str]:
+        accounts = [self.resolve(account) for account in self.accounts]
+        self.hook = MeltanoHook(self.project_root, self.meltano_bin, self.environment)
+        record = DoneRecord(context, len(accounts) > 1)
+        done = record.read()
+        outcomes: dict[str, str] = {}
+        try:
+            for account in accounts:
+                if account.name in done:
+                    self.log.info("%s: done by an earlier try of this task", account.name)
+                    outcomes[account.name] = "success"
+                    continue
+                try:
+                    outcomes[account.name] = self.run_account(account, context)
+                except Exception:  # its key missing, say: its failure, not its batch's
+                    self.log.exception("%s: failed", account.name)
+                    outcomes[account.name] = "failed"
+                self.log.info("%s: %s", account.name, outcomes[account.name])
+                if outcomes[account.name] != "failed":
+                    record.add(account.name)
+        except BaseException:
+            self.hook.kill()  # a timeout or an interrupt: no Meltano outlives the task
+            raise
+        failed = [name for name, outcome in outcomes.items() if outcome == "failed"]
+        if failed:
+            raise AirflowException(f"{len(failed)} of {len(accounts)} failed: {', '.join(failed)}")
+        record.clear()
+        if all(outcome == "skipped" for outcome in outcomes.values()):
+            raise AirflowSkipException(f"nothing to {self.account_verb}: {self.label}")
+        self.publish(context, [a for a in accounts if outcomes[a.name] == "success"])
+        return [name for name, outcome in outcomes.items() if outcome == "success"]
+
+    def on_kill(self) -> None:
+        if self.hook is not None:
+            self.hook.kill()
+
+    def run_account(self, account: AccountLoad, context: Any) -> str:
+        raise NotImplementedError
+
+    def publish(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
+        """Asset events of the accounts loaded (none by default)."""
+
+    def meltano(self, account: AccountLoad, blocks: Sequence[str], **run: Any) -> int:
+        assert self.hook is not None
+        env = {**self.env, **account.env, **run.pop("env", {})}
+        return self.hook.run(blocks, env=env, log=self.log, **run)
+
+
+class GuestDataLoadOperator(GuestDataAccountsOperator):
+    """`meltano run tap-guestdata <target> [after-load blocks]` of each account of the batch.
+
+    Args:
+        accounts: `AccountLoad`s (or, in the factory's DAGs, names its plan task resolved).
+        full_refresh: ignore and replace the state (the weekly refresh).
+        reloadable: a backfill run (or `reload: true` in the run's params) re-reads the London
+            days of the run's data interval under a state id of its own (reload.py).
+        blocks: the tap, the loader, and blocks after it (`guestdata-pg-types:timestamptz`).
+        env: more environment for every run (the rate budget's store and address).
+    """
+
+    def __init__(self, *, full_refresh: bool = False, reloadable: bool = True, **kwargs: Any):
+        kwargs.setdefault("outlets", [RAW_ALIAS])
+        super().__init__(**kwargs)
+        self.full_refresh = full_refresh
+        self.reloadable = reloadable
+
+    def run_account(self, account: AccountLoad, context: Any) -> str:
+        keys = [api_key(name) for name in account.key_variables]
+        env = {}
+        if keys:
+            env["TAP_GUESTDATA_API_KEYS"] = json.dumps(keys)
+            # The tap adds api_key to api_keys: one of these, so no key configured for the
+            # project or the worker (another account's) joins them.
+            env["TAP_GUESTDATA_API_KEY"] = keys[0]
+        retry = int(context["ti"].try_number) > 1
+
+        def one(run: MeltanoRun) -> str:
+            return self.run_streams(account, run, context, env, retry=retry)
+
+        if len(account.runs) == 1:
+            outcomes = [one(account.runs[0])]
+        else:  # an account split by group: its groups side by side, a state id each
+            with ThreadPoolExecutor(len(account.runs)) as pool:
+                outcomes = list(pool.map(one, account.runs))
+        if "failed" in outcomes:
+            return "failed"
+        return "skipped" if set(outcomes) == {"skipped"} else "success"
+
+    def run_streams(
+        self,
+        account: AccountLoad,
+        run: MeltanoRun,
+        context: Any,
+        env: Mapping[str, str],
+        *,
+        retry: bool,
+    ) -> str:
+        streams, suffix, full_refresh = run.streams, run.state_id_suffix, self.full_refresh
+        run_env = dict(env)
+        reload = self.reload(context, run.streams) if self.reloadable else None
+        if reload is not None:
+            if not reload.streams:
+                self.log.info(
+                    "%s: nothing of %s to reload for %s", account.name, streams, reload.period
+                )
+                return "skipped"
+            streams, full_refresh = reload.streams, True
+            suffix = f"{suffix}-{reload.label}" if suffix else reload.label
+            run_env["TAP_GUESTDATA_START_DATE"] = reload.first.isoformat()
+            run_env["TAP_GUESTDATA_END_DATE"] = reload.last.isoformat()
+            self.log.info("%s: reload of the London days %s", account.name, reload.period)
+        # The run's streams, by Meltano's select extra (a project needs tap-guestdata alone).
+        run_env["TAP_GUESTDATA__SELECT"] = json.dumps([f"{stream}.*" for stream in streams])
+        options = [f"--state-id-suffix={suffix}"] if suffix else []
+        if full_refresh:
+            options.append("--full-refresh")
+        if retry:
+            # Meltano holds a lost try's job as running for 5 minutes after its last heartbeat
+            # and refuses the state id until then; the retry takes it over.
+            options.append("--force")
+        code = self.meltano(
+            account, self.blocks, label=suffix or "default", options=options, env=run_env
+        )
+        return "success" if code == 0 else "failed"
+
+    @staticmethod
+    def reload(context: Any, streams: Sequence[str]) -> Reload | None:
+        dag_run = context["dag_run"]
+        return reload_of(
+            dag_run.run_type,
+            context.get("data_interval_start"),
+            context.get("data_interval_end"),
+            context["params"],
+            streams,
+        )
+
+    def publish(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
+        events = context["outlet_events"][RAW_ALIAS]
+        for account in accounts:
+            for key in account.assets:
+                events.add(raw_asset(key))
+
+
+class GuestDataModelsOperator(GuestDataAccountsOperator):
+    """`meltano run <transform blocks>` (dbt build) of each account whose models can be built."""
+
+    account_verb = "build"
+
+    def run_account(self, account: AccountLoad, context: Any) -> str:
+        if not account.build:
+            self.log.info("%s: the models need every stream group", account.name)
+            return "skipped"
+        code = self.meltano(account, self.blocks, label=f"{account.name}-models")
+        return "success" if code == 0 else "failed"
+
+
+class DoneRecord:
+    """The accounts a batch task has done in this run, kept across its tries in a Variable
+    (XComs are cleared when a try starts). Only for a task of several accounts."""
+
+    def __init__(self, context: Any, used: bool) -> None:
+        ti = context["ti"]
+        where = f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.map_index}"
+        self.key = f"guestdata_done_{hashlib.sha256(where.encode()).hexdigest()[:24]}"
+        self.used = used
+        self.first_try = int(ti.try_number) <= 1
+        self.names: list[str] = []
+
+    def read(self) -> set[str]:
+        if not self.used or self.first_try:
+            return set()
+        self.names = json.loads(Variable.get(self.key, default="[]"))
+        return set(self.names)
+
+    def add(self, name: str) -> None:
+        if self.used:
+            self.names.append(name)
+            Variable.set(self.key, json.dumps(self.names))
+
+    def clear(self) -> None:
+        if self.used and self.names:
+            Variable.delete(self.key)

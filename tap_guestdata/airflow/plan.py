@@ -1,0 +1,149 @@
+"""What each account runs, from the accounts configuration: the plan the DAGs are built on.
+
+At parse time the schedules and queues (a DAG per schedule, a task group per queue); at run time
+each account's `AccountLoad` (its Meltano runs, its keys' names, its schema) for the operators.
+A deployment without accounts is a plan of one (`single_account`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tap_guestdata.airflow.accounts import (
+    DEFAULT_QUEUE,
+    REFRESH_GROUP,
+    WHOLE_ACCOUNT,
+    Account,
+    AccountsConfig,
+    TaskSpec,
+    plan_tasks,
+)
+from tap_guestdata.airflow.config import PipelineConfig
+from tap_guestdata.airflow.operators import AccountLoad, MeltanoRun
+from tap_guestdata.catalog import GROUPS, refreshed_weekly, streams_of_group
+
+SINGLE_ACCOUNT = "guestdata"  # the account of a deployment without an accounts setting
+
+
+def streams_of(groups: Sequence[str]) -> tuple[str, ...]:
+    """The streams of stream groups (or of the refresh), in group order."""
+    return tuple(
+        stream
+        for group in groups
+        for stream in (refreshed_weekly() if group == REFRESH_GROUP else streams_of_group(group))
+    )
+
+
+def schema_variable(target: str) -> str:
+    """The loader's schema setting as an environment variable (Meltano: namespace_setting)."""
+    return f"{target.upper().replace('-', '_')}_DEFAULT_TARGET_SCHEMA"
+
+
+class AccountsPlan:
+    """The accounts configuration as the DAGs use it: at parse time the schedules and queues
+    (a DAG per schedule, a task group per queue), at run time each account's work.
+
+    `single`: the plan of one of a deployment without accounts: its state ids are the plain
+    ones (`<group>` and `refresh` suffixes, none for the whole account), Meltano's own schema,
+    and an asset per stream group (the transform DAG is scheduled on them).
+    """
+
+    def __init__(self, config: PipelineConfig, accounts: AccountsConfig, *, single: bool) -> None:
+        self.config = config
+        self.single = single
+        self.accounts = {account.name: account for account in accounts.accounts}
+        self.specs = plan_tasks(accounts)
+        self.queue_order = accounts.queues
+        # By account, once: the plan task looks up every account (10,000 x every spec else).
+        self.specs_by_account: dict[str, list[TaskSpec]] = {}
+        for spec in self.specs:
+            self.specs_by_account.setdefault(spec.account, []).append(spec)
+
+    def specs_of(self, name: str, *, refresh: bool) -> list[TaskSpec]:
+        return [
+            spec
+            for spec in self.specs_by_account.get(name, [])
+            if (spec.group == REFRESH_GROUP) == refresh
+        ]
+
+    def names(self, schedule: str | None, queue: str, *, refresh: bool) -> list[str]:
+        """The accounts of `schedule` (refresh: every account with a refresh) on `queue`."""
+        return [
+            name
+            for name, account in self.accounts.items()
+            if (specs := self.specs_of(name, refresh=refresh))
+            and specs[0].queue == queue
+            and (refresh or schedule_key(account.schedule) == schedule)
+        ]
+
+    def queues(self, schedule: str | None, *, refresh: bool) -> list[str]:
+        """The queues with accounts of `schedule` (refresh: with a refresh), in queue order."""
+        used = {
+            spec.queue
+            for spec in self.specs
+            if (spec.group == REFRESH_GROUP) == refresh
+            and (refresh or schedule_key(self.accounts[spec.account].schedule) == schedule)
+        }
+        return [queue for queue in self.queue_order if queue in used]
+
+    def account(self, name: str) -> Account:
+        try:
+            return self.accounts[name]
+        except KeyError:
+            raise ValueError(f"account {name!r} is no longer in the accounts setting") from None
+
+    def state_id_suffix(self, spec: TaskSpec) -> str | None:
+        """Many accounts: `<account>`, `<account>-<group>`; a single account: none, `<group>`."""
+        if self.single:
+            return None if spec.group == WHOLE_ACCOUNT else spec.group
+        return spec.account if spec.group == WHOLE_ACCOUNT else f"{spec.account}-{spec.group}"
+
+    def env_of(self, account: Account) -> dict[str, str]:
+        if self.single:
+            return {}  # Meltano's configuration: schema, base URL
+        env = {schema_variable(self.config.target): account.schema}
+        if account.base_url:
+            env["TAP_GUESTDATA_BASE_URL"] = account.base_url
+        return env
+
+    def load_of(self, name: str, *, refresh: bool) -> AccountLoad:
+        """The account's Meltano runs: all its groups in one, or (split) one per group."""
+        account = self.account(name)
+        specs = self.specs_of(name, refresh=refresh)
+        # A single account: an asset per group (the transform DAG's schedule); else its own.
+        assets = tuple(g for spec in specs for g in spec.groups) if self.single else (name,)
+        return AccountLoad(
+            name=name,
+            runs=tuple(MeltanoRun(streams_of(s.groups), self.state_id_suffix(s)) for s in specs),
+            key_variables=account.key_variables,
+            env=self.env_of(account),
+            assets=assets,
+        )
+
+    def models_of(self, name: str) -> AccountLoad:
+        """The account's models (next to its raw schema: <schema>_analytics), with dbt's
+        target/ and logs/ of its own; not built without every group (the models need them)."""
+        account = self.account(name)
+        env = self.env_of(account)
+        if not self.single:
+            env |= {
+                "DBT_TARGET_PATH": f"target/accounts/{name}",
+                "DBT_LOG_PATH": f"logs/accounts/{name}",
+            }
+        return AccountLoad(name, (), env=env, build=set(account.groups) == set(GROUPS))
+
+
+def schedule_key(schedule: str | None) -> str | None:
+    """An account's own schedule ("none": manual runs only), None for the daily one."""
+    return None if schedule is None else schedule.strip()
+
+
+def single_account(config: PipelineConfig) -> AccountsConfig:
+    """A deployment without accounts: one account with the configured keys (none: Meltano's
+    own), its groups as tasks of their own with `task_shape=groups`, on the configured queue."""
+    account = Account(
+        name=SINGLE_ACCOUNT,
+        key_variables=config.api_key_variables,
+        split=config.task_shape == "groups",
+    )
+    return AccountsConfig((account,), (config.queue or DEFAULT_QUEUE,))
