@@ -6,6 +6,7 @@ with guests as ({{ latest_rows('guests', ['id']) }}),
 arrivals as ({{ with_erasure_flag('guests', 'id', 'email', 'phone', 'guest_id') }})
 
 select
+    {{ account_columns() }}
     cast(id as {{ dbt.type_bigint() }}) as guest_visit_id,
     cast(venue_id as {{ dbt.type_bigint() }}) as venue_id,
     case when is_erased then {{ erasure_placeholder() }} else cast(name as {{ dbt.type_string() }}) end as full_name,

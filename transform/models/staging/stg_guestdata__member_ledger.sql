@@ -1,6 +1,7 @@
 with member_ledger as ({{ latest_rows('member_ledger', ['id']) }})
 
 select
+    {{ account_columns() }}
     cast(id as {{ dbt.type_bigint() }}) as ledger_entry_id,
     cast(member_id as {{ dbt.type_bigint() }}) as member_id,
     cast(site_id as {{ dbt.type_bigint() }}) as venue_id,

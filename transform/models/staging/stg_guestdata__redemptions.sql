@@ -1,6 +1,7 @@
 with redemptions as ({{ latest_rows('redemptions', ['id']) }})
 
 select
+    {{ account_columns() }}
     cast(id as {{ dbt.type_bigint() }}) as redemption_id,
     cast(reference as {{ dbt.type_string() }}) as redemption_reference,
     cast(offer_id as {{ dbt.type_bigint() }}) as offer_id,

@@ -1,6 +1,7 @@
 with rewards as ({{ latest_rows('rewards', ['id']) }})
 
 select
+    {{ account_columns() }}
     cast(id as {{ dbt.type_bigint() }}) as reward_id,
     cast(offer_id as {{ dbt.type_bigint() }}) as offer_id,
     cast(offer_name as {{ dbt.type_string() }}) as offer_name,
