@@ -175,7 +175,7 @@
     select {{ erasure_new_salt_sql() }}
     where not exists (select 1 from {{ salt_table }})
   {% endcall %}
-  {{ return({'table': table, 'salt_table': salt_table}) }}
+  {{ return({'table': table, 'salt_table': salt_table, 'account': raw.schema | lower}) }}
 {% endmacro %}
 
 {#- PostgreSQL: no grant reaches the salt table through PUBLIC (a schema's default privileges

@@ -3,7 +3,8 @@
     key, but an append-only load or a replayed batch can still leave several rows; ACTIVATE_VERSION
     marks rows a full-table sync no longer saw with _sdc_deleted_at, and those are gone. Each row
     gets its account's account_id (the API's, from the schema's account table). -#}
-{% macro latest_rows(table, keys) -%}
+{% macro latest_rows(table, keys, incremental=false) -%}
+{%- set changed_only = incremental and is_incremental() -%}
 select ranked.*{{ ', accounts.account_id' if table != 'account' }}
 from (
     select
@@ -13,7 +14,8 @@ from (
             order by raw_rows._sdc_batched_at desc, raw_rows._sdc_sequence desc
         ) as loader_row_rank
     from ({{ union_raw(table) }}) as raw_rows
-    where raw_rows._sdc_deleted_at is null
+    {#- incremental: the keys changed since the last build, a deleted one as a tombstone #}
+    where {{ changed_since_last_build('raw_rows') if changed_only else 'raw_rows._sdc_deleted_at is null' }}
 ) as ranked
 {%- if table != 'account' %}
 left join {{ ref('stg_guestdata__account') }} as accounts
@@ -23,7 +25,8 @@ where ranked.loader_row_rank = 1
 {%- endmacro %}
 
 {#- The account columns every staging model starts with (its rows from latest_rows). -#}
-{% macro account_columns() -%}
+{% macro account_columns(incremental=false) -%}
+    {{- tombstone_column(incremental) }}
     cast(source_relation as {{ dbt.type_string() }}) as source_relation,
     cast(account_id as {{ dbt.type_bigint() }}) as account_id,
     cast(account_name as {{ dbt.type_string() }}) as account_name,
