@@ -156,6 +156,23 @@ def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:
     return tables
 
 
+def model_rows(conninfo: str, schema: str, models: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each model's rows as text, every column, sorted: two builds of the same data compare
+    row for row."""
+    with psycopg.connect(conninfo) as connection:
+        return {
+            model: sorted(
+                text
+                for (text,) in connection.execute(
+                    sql.SQL("SELECT model_row::text FROM {} AS model_row").format(
+                        sql.Identifier(schema, model)
+                    )
+                )
+            )
+            for model in models
+        }
+
+
 RECONCILIATIONS = {
     "reconcile_venue_daily_visits_with_api_stats",
     "reconcile_venue_daily_opt_ins_with_api_stats",

@@ -8,14 +8,16 @@
     lookback only covers a batch stamped before the last build and committed after it.
     `dbt build --full-refresh` rebuilds from every raw row. -#}
 
-{#- The model's config: incremental on its account-qualified key. tmp_relation_type: Snowflake
-    would otherwise stage the batch as a view, re-read after the delete with another watermark. -#}
+{#- The model's config: incremental on its account-qualified key. on_schema_change ignore: the
+    batch's tombstone column stays out of the table (a new model column takes --full-refresh).
+    tmp_relation_type: Snowflake would otherwise stage the batch as a view, read again after the
+    delete with another watermark. -#}
 {% macro incremental_staging_config(key) %}
   {{ config(
       materialized='incremental',
       incremental_strategy='guestdata_upsert',
       unique_key=['source_relation', key],
-      on_schema_change='append_new_columns',
+      on_schema_change='ignore',
       tmp_relation_type='table',
   ) }}
 {% endmacro %}
