@@ -53,6 +53,13 @@ REFRESH = (
 
 
 @pytest.fixture(scope="module")
+def run_env() -> dict[str, str]:
+    """No lookback: each build reads only what the loader wrote since the last one, so the
+    comparison tests the watermark itself (the default 6 hours would re-read these minutes)."""
+    return {"GUESTDATA_INCREMENTAL_LOOKBACK_HOURS": "0"}
+
+
+@pytest.fixture(scope="module")
 def full_refresh(
     pg_server: Any, e2e_database: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Dbt:

@@ -10,22 +10,23 @@
 
 {#- The model's config: incremental on its account-qualified key. on_schema_change ignore: the
     batch's tombstone column stays out of the table (a new model column takes --full-refresh).
-    tmp_relation_type: Snowflake would otherwise stage the batch as a view, read again after the
-    delete with another watermark. -#}
+    tmp_relation_type transient: the batch is a table, so the delete and the insert read the
+    same rows (a view, read again after the delete, would see another watermark); fakesnow
+    refuses dbt-snowflake's temporary tables and views. PostgreSQL always uses a temporary table. -#}
 {% macro incremental_staging_config(key) %}
   {{ config(
       materialized='incremental',
       incremental_strategy='guestdata_upsert',
       unique_key=['source_relation', key],
       on_schema_change='ignore',
-      tmp_relation_type='table',
+      tmp_relation_type='transient',
   ) }}
 {% endmacro %}
 
 {#- A raw row the loader changed since this model's last build (less the lookback). -#}
 {% macro changed_since_last_build(rows) -%}
   {%- set since -%}
-    (select {{ dbt.dateadd('hour', -1 * var('guestdata_incremental_lookback_hours', 6), 'max(loaded_at)') }} from {{ this }})
+    (select {{ dbt.dateadd('hour', -1 * var('guestdata_incremental_lookback_hours', env_var('GUESTDATA_INCREMENTAL_LOOKBACK_HOURS', '6')) | int, 'max(loaded_at)') }} from {{ this }})
   {%- endset -%}
   (coalesce({{ rows }}._sdc_batched_at >= {{ since }}, true) or {{ rows }}._sdc_deleted_at >= {{ since }})
 {%- endmacro %}
