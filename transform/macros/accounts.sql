@@ -20,7 +20,8 @@
     default schema, tap_guestdata/airflow/accounts.py); none for any other schema. -#}
 {% macro account_name_of(schema) -%}
   {%- set prefix = var('guestdata_account_schema_prefix', 'guestdata_') -%}
-  {{ return(schema[prefix | length:] | lower if schema | lower | truncate(prefix | length, true, '') == prefix else none) }}
+  {%- set name = (schema | lower)[prefix | length:] -%}
+  {{ return(name if (schema | lower).startswith(prefix) and name else none) }}
 {%- endmacro %}
 
 {#- The accounts' raw copies of one table: a list of {'schema', 'columns'} in schema order, from
