@@ -29,6 +29,16 @@ DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" 
 TRANSFORM = PROJECT_ROOT / "transform"
 RAW_SCHEMA = "guestdata"
 RUN_ALL = ("--environment=dev", "run", "guestdata-to-postgres")  # the daily job: load, dbt build
+# The weekly refresh (guests re-read whole, so deletions are followed), without and with the build.
+REFRESH_LOAD_ONLY = (
+    "--environment=dev",
+    "run",
+    "--full-refresh",
+    "tap-guestdata--refresh",
+    "target-postgres",
+    "guestdata-pg-types:timestamptz",
+)
+REFRESH_AND_BUILD = (*REFRESH_LOAD_ONLY, "dbt-postgres:build")
 MARTS = (
     "fct_venue_daily",
     "dim_members",

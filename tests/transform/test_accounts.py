@@ -18,6 +18,7 @@ from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
     MARTS,
     RAW_SCHEMA,
+    REFRESH_LOAD_ONLY,
     RUN_ALL,
     Dbt,
     dbt_env,
@@ -34,14 +35,6 @@ pytestmark = pytest.mark.e2e
 TWIN = "guestdata_twin"
 MODELS = "guestdata_every_account"
 EVERY_ACCOUNT = {"GUESTDATA_RAW_SCHEMAS": "guestdata%", "GUESTDATA_DBT_SCHEMA": MODELS}
-REFRESH = (
-    "--environment=dev",
-    "run",
-    "--full-refresh",
-    "tap-guestdata--refresh",
-    "target-postgres",
-    "guestdata-pg-types:timestamptz",
-)
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +135,7 @@ def test_a_full_refresh_a_deletion_and_an_erasure_in_one_account_leave_the_other
     person = person_to_erase(sandbox)
     deleted = next(g for g in guests if g["email"].lower() != person.email)
     sandbox.mutate("delete_guest", guest_id=deleted["id"])
-    twin.run(*REFRESH)  # the twin's full refresh, which follows the deletion
+    twin.run(*REFRESH_LOAD_ONLY)  # the twin's full refresh, which follows the deletion
     erase_in_twin = every_account_dbt(
         pg_server, e2e_database, tmp_path_factory.mktemp("dbt-erase-twin"), raw_schema=TWIN
     )

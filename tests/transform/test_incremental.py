@@ -21,6 +21,7 @@ from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
     MARTS,
     RAW_SCHEMA,
+    REFRESH_AND_BUILD,
     RUN_ALL,
     Dbt,
     dbt_env,
@@ -41,15 +42,6 @@ INCREMENTAL_STAGING = (
     "stg_guestdata__redemptions",
 )
 LONDON = ZoneInfo("Europe/London")
-REFRESH = (
-    "--environment=dev",
-    "run",
-    "--full-refresh",
-    "tap-guestdata--refresh",
-    "target-postgres",
-    "guestdata-pg-types:timestamptz",
-    "dbt-postgres:build",
-)
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +173,7 @@ def test_5_guests_deleted_at_the_source_and_followed(
     before = visits_on(conninfo, day)
     for guest_id in deleted:
         sandbox.mutate("delete_guest", guest_id=guest_id)
-    loaded.run(*REFRESH)
+    loaded.run(*REFRESH_AND_BUILD)
     assert visits_on(conninfo, day) == before - len(deleted)
     compare()
 
