@@ -8,8 +8,9 @@
     (source_relation), the account's name and (from the schema's account table) its account_id.
 
     The pattern: the var guestdata_raw_schemas, else the environment's GUESTDATA_RAW_SCHEMAS, else
-    the one raw schema of the source (a plain `meltano run`: one account). The accounts DAG sets
-    GUESTDATA_RAW_SCHEMAS=guestdata_% so adding an account edits no dbt file. A schema counts as
+    the one raw schema of the source (a plain `meltano run`: one account). A build of many
+    accounts sets GUESTDATA_RAW_SCHEMAS='guestdata\_%', so adding an account edits no dbt file
+    (the accounts DAG's one build is to set it: docs/transform.md). A schema counts as
     an account's once it holds the tap's account table (the models' own schemas never do). -#}
 
 {% macro raw_schema_pattern() -%}
@@ -25,8 +26,7 @@
 {%- endmacro %}
 
 {#- The accounts' raw copies of one table: a list of {'schema', 'columns'} in schema order, from
-    one catalog query (the tables of 10,000 schemas are one round trip, not 10,000). Schemas
-    with the same columns share one entry's column list. -#}
+    one catalog query (the tables of 10,000 schemas are one round trip, not 10,000). -#}
 {% macro raw_relations(table) %}
   {% if not execute %}
     {{ return([]) }}
