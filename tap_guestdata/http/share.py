@@ -145,29 +145,35 @@ class ShareFallback:
         self._address = Seen(seen.address_processes, seen.address_count, now)
         return False
 
-    def _relearn(self, now: float) -> None:
-        """Teach the store this process's slots of the last window; trust it a window later."""
+    def _teach(self, now: float) -> None:
+        """Re-record this process's slots of the last window; trust the store a window later.
+
+        Raises BudgetUnavailable if the store does not answer."""
         slots = [(slot, own.key_id, own.dated + self._offset) for slot, own in self._own.items()]
-        try:
-            epoch, store_now = self._store.record(slots)
-        except BudgetUnavailable as error:
-            self._failed(error, now)
-            return
-        self._offset = store_now - now
-        self._epoch = epoch
+        epoch, store_now = self._store.record(slots)
+        self._offset, self._epoch = store_now - now, epoch
         self._trusted_from = now + self._window
 
+    def _relearn(self, now: float) -> None:
+        try:
+            self._teach(now)
+        except BudgetUnavailable as error:
+            self._failed(error, now)
+
     def _probe(self, now: float) -> None:
+        """While down: does the store answer again? (At most once per `_probe_seconds`.)"""
         self._last_probe = now
+        try:
+            self._teach(now)
+        except BudgetUnavailable:
+            return  # still down: said once already
         self._down = False
-        self._relearn(now)
-        if not self._down:
-            self._logger.info(
-                "%s answers again after %.1f s; its grants are trusted again in %.1f s.",
-                self.description,
-                now - self._down_since,
-                self._window,
-            )
+        self._logger.info(
+            "%s answers again after %.1f s; its grants are trusted again in %.1f s.",
+            self.description,
+            now - self._down_since,
+            self._window,
+        )
 
     def _failed(self, error: BudgetUnavailable, now: float) -> None:
         if self._down:
