@@ -168,7 +168,7 @@ def test_the_fault_is_warned_once_naming_the_store_without_its_password(
     assert "hunter2" not in caplog.text
     # Then one line per outage and one per return: failed retries of the store say nothing.
     assert len(caplog.records) == 4, [record.getMessage() for record in caplog.records]
-    assert caplog.text.count("answers again") == 2
+    assert caplog.text.count("answers again after") == 2
 
 
 @pytest.mark.parametrize("empty", [True, False], ids=["back-empty", "back-with-its-data"])
