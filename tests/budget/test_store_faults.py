@@ -162,7 +162,7 @@ def test_a_store_restart_mid_window_passes_no_window(own_redis: OwnRedis) -> Non
     # Kept sending at its shares while down, and at the store's full rate once trusted again.
     assert sent_down >= PER_ADDRESS // 2, sent_down
     last_windows = (ended - back_at - WINDOW_SECONDS) / WINDOW_SECONDS
-    assert sent_after >= 0.8 * PER_ADDRESS * last_windows, (sent_after, last_windows)
+    assert sent_after >= 0.5 * PER_ADDRESS * last_windows, (sent_after, last_windows)
     if own_redis.persistent:
         keys = redis.Redis.from_url(own_redis.url).keys("tap-guestdata:rate-budget:epoch")
         assert keys, "the AOF kept the store's epoch"
