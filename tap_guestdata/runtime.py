@@ -28,6 +28,7 @@ from tap_guestdata.http.budget import (
 )
 from tap_guestdata.http.errors import StreamForbidden
 from tap_guestdata.http.limiter import ADDRESS_LIMIT_DEFAULT, KeyPool
+from tap_guestdata.http.share import ShareFallback
 from tap_guestdata.progress import Progress
 from tap_guestdata.resume import Checkpoints
 from tap_guestdata.settings import MAX_KEYS, Settings
@@ -104,11 +105,10 @@ def shared_budget(settings: Settings, logger: logging.Logger) -> SharedBudget | 
     except BudgetUnavailable as error:
         logger.warning(FALLBACK_WARNING, error)
         return None
-    if budget is not None:
-        logger.info(
-            "Rate budget shared through %s, address %s.", budget.description, limits.address
-        )
-    return budget
+    if budget is None:
+        return None
+    logger.info("Rate budget shared through %s, address %s.", budget.description, limits.address)
+    return ShareFallback(budget, logger)  # a share of the limits while the store fails
 
 
 class Runtime:

@@ -12,8 +12,9 @@ than the configured per-key budgets do.
 
 Other processes' requests on the same keys and address (two `meltano run`s, Airflow tasks on
 other workers) are counted by the shared budget (http/budget.py): a key's slot is taken there
-too before the request goes out. If the shared store fails, the pool says so once and carries
-on with its own limits alone.
+too before the request goes out. If the shared store fails, each process keeps to its share of
+the limits until the store is trusted again (http/share.py); a budget that raises
+BudgetUnavailable anyway leaves the pool on its own limits, said once.
 """
 
 from __future__ import annotations
