@@ -29,6 +29,16 @@ DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" 
 TRANSFORM = PROJECT_ROOT / "transform"
 RAW_SCHEMA = "guestdata"
 RUN_ALL = ("--environment=dev", "run", "guestdata-to-postgres")  # the daily job: load, dbt build
+# The weekly refresh (guests re-read whole, so deletions are followed), without and with the build.
+REFRESH_LOAD_ONLY = (
+    "--environment=dev",
+    "run",
+    "--full-refresh",
+    "tap-guestdata--refresh",
+    "target-postgres",
+    "guestdata-pg-types:timestamptz",
+)
+REFRESH_AND_BUILD = (*REFRESH_LOAD_ONLY, "dbt-postgres:build")
 MARTS = (
     "fct_venue_daily",
     "dim_members",
@@ -154,6 +164,23 @@ def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:
             )
             tables[mart] = sorted(connection.execute(query).fetchall(), key=repr)
     return tables
+
+
+def model_rows(conninfo: str, schema: str, models: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each model's rows as text, every column, sorted: two builds of the same data compare
+    row for row."""
+    with psycopg.connect(conninfo) as connection:
+        return {
+            model: sorted(
+                text
+                for (text,) in connection.execute(
+                    sql.SQL("SELECT model_row::text FROM {} AS model_row").format(
+                        sql.Identifier(schema, model)
+                    )
+                )
+            )
+            for model in models
+        }
 
 
 RECONCILIATIONS = {

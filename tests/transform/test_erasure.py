@@ -22,6 +22,7 @@ from psycopg import sql
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
     RAW_SCHEMA,
+    REFRESH_LOAD_ONLY,
     RUN_ALL,
     Dbt,
     DbtRun,
@@ -40,14 +41,6 @@ pytestmark = pytest.mark.e2e
 
 MODELS_SCHEMA = f"{RAW_SCHEMA}_analytics"
 SCHEMAS = (RAW_SCHEMA, MODELS_SCHEMA, f"{MODELS_SCHEMA}_staging")
-REFRESH_LOAD_ONLY = (
-    "--environment=dev",
-    "run",
-    "--full-refresh",
-    "tap-guestdata--refresh",
-    "target-postgres",
-    "guestdata-pg-types:timestamptz",
-)
 
 
 @pytest.fixture(scope="module", autouse=True)

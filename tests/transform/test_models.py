@@ -187,8 +187,9 @@ def test_each_reconciliation_fails_on_its_broken_data_and_passes_once_restored(
     breakage.delete_row("guests", deleted[0])
     breakage.delete_row("member_ledger", line[0])
     breakage.delete_row("redemptions", redemption[0])
+    # Edits by hand bypass the loader's times the incremental models follow: --full-refresh.
     try:
-        broken = dbt.build()
+        broken = dbt.build("--full-refresh")
     finally:
         breakage.restore()
     tests = broken.statuses("test")
@@ -207,7 +208,7 @@ def test_each_reconciliation_fails_on_its_broken_data_and_passes_once_restored(
     assert "RECONCILIATION WARN reconcile_venue_daily_opt_ins_with_api_stats" in broken.output
     assert broken.output.count("--full-refresh tap-guestdata--refresh") >= 2
 
-    restored = dbt.build()
+    restored = dbt.build("--full-refresh")
     assert restored.returncode == 0, restored.output[-3000:]
     assert set(restored.statuses("test").values()) == {"pass"}
 
@@ -283,9 +284,10 @@ def test_an_incremental_load_then_build_equals_a_full_reload(
     reload.run(*RUN_ALL)
     full = mart_rows(pg_server.conninfo(fresh), MODELS_SCHEMA)
     for mart in MARTS:
-        # Keyed on the grain (the first two columns) so a failure names the rows that differ.
-        assert {row[:2]: row for row in incremental[mart]} == {
-            row[:2]: row for row in full[mart]
+        # Keyed on the account and the grain (the first five columns) so a failure names the
+        # rows that differ.
+        assert {row[:5]: row for row in incremental[mart]} == {
+            row[:5]: row for row in full[mart]
         }, mart
     guests = query(conninfo, f"SELECT sum(visits) FROM {MODELS_SCHEMA}.fct_venue_daily")
     assert guests == [(len(sandbox.truth(OWNER_KEYS[0], "guests")),)]

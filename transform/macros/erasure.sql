@@ -72,21 +72,26 @@
          ~ ' identifiers suppressed): ' ~ erasure_counts_text(counts), info=True) }}
 {% endmacro %}
 
-{#- on-run-start: re-erase whoever a sync brought back; a no-op without the suppression table. -#}
+{#- on-run-start: re-erase whoever a sync brought back, in every account that holds erasure
+    requests (each in its own raw schema); a no-op without any suppression table. -#}
 {% macro apply_erasures(on_run_start=false) %}
   {% if not execute or (on_run_start and flags.WHICH not in ['build', 'run', 'test', 'retry']) %}
     {{ return('') }}
   {% endif %}
-  {% set table = erasure_raw_relation(erasure_table_name()) %}
-  {% if table is none %}
+  {% set contexts = erasure_contexts() %}
+  {% if not contexts %}
     {{ return('') }}
   {% endif %}
-  {% set context = erasure_context() %}
-  {% do erasure_check_salt(context) %}
-  {% set counts = erasure_apply(context) %}
+  {% set counts, requests = {}, [] %}
+  {% for context in contexts %}
+    {% do erasure_check_salt(context) %}
+    {% for name, count in erasure_apply(context).items() %}
+      {% do counts.update({name: counts.get(name, 0) + count}) %}
+    {% endfor %}
+    {% do requests.append(run_query('select count(distinct request_hash) from ' ~ context.table).columns[0].values()[0] | int) %}
+  {% endfor %}
   {% do adapter.commit() %}
-  {% set requests = run_query('select count(distinct request_hash) from ' ~ table).columns[0].values()[0] %}
-  {{ log('erasures: ' ~ requests ~ ' requests on record; erased again: '
+  {{ log('erasures: ' ~ requests | sum ~ ' requests on record; erased again: '
          ~ erasure_counts_text(counts), info=True) }}
   {{ return('') }}
 {% endmacro %}
@@ -170,7 +175,7 @@
     select {{ erasure_new_salt_sql() }}
     where not exists (select 1 from {{ salt_table }})
   {% endcall %}
-  {{ return({'table': table, 'salt_table': salt_table}) }}
+  {{ return({'table': table, 'salt_table': salt_table, 'account': raw.schema | lower}) }}
 {% endmacro %}
 
 {#- PostgreSQL: no grant reaches the salt table through PUBLIC (a schema's default privileges
@@ -243,11 +248,15 @@
 {% macro erasure_apply(context) %}
   {% set counts = {} %}
   {% for target in erasure_targets() %}
-    {% set relation = erasure_raw_relation(target.name) if target.raw
+    {% set relation = erasure_raw_relation(target.name, context.account) if target.raw
                       else erasure_model_relation(target.name) %}
     {% if relation is not none %}
       {% set match = erasure_match(context, email=target.email, phone=target.phone,
                                    row_id=target.get('id'), id_kind=target.get('id_kind')) %}
+      {#- the models hold every account: only this account's rows (ids collide across accounts) -#}
+      {% if not target.raw %}
+        {% set match = "lower(source_relation) = '" ~ context.account ~ "' and " ~ match %}
+      {% endif %}
       {% if target.get('delete') %}
         {% set sql = 'delete from ' ~ relation ~ ' where ' ~ match %}
       {% else %}

@@ -70,18 +70,18 @@ md5({{ erasure_salt_sql(context) }} || {{ normalised_expression }})
 {%- endmacro %}
 
 {#- Where the loader writes: the database and schema of the `guestdata` source. -#}
-{% macro erasure_raw_location() %}
+{% macro erasure_raw_location(schema=none) %}
   {% for node in graph.sources.values() %}
     {% if node.source_name == 'guestdata' and node.name == 'guests' %}
-      {{ return({'database': node.database, 'schema': node.schema}) }}
+      {{ return({'database': node.database, 'schema': schema or node.schema}) }}
     {% endif %}
   {% endfor %}
   {{ exceptions.raise_compiler_error("the guestdata source is not defined") }}
 {% endmacro %}
 
 {#- A raw table (or the suppression table beside them) if it exists, else none. -#}
-{% macro erasure_raw_relation(identifier) %}
-  {% set raw = erasure_raw_location() %}
+{% macro erasure_raw_relation(identifier, schema=none) %}
+  {% set raw = erasure_raw_location(schema) %}
   {{ return(adapter.get_relation(database=raw.database, schema=raw.schema, identifier=identifier)) }}
 {% endmacro %}
 
@@ -97,12 +97,13 @@ md5({{ erasure_salt_sql(context) }} || {{ normalised_expression }})
 
 {#- The suppression table and the salt table, for a model or test: {'table': none} when nobody
     was ever erased (then the model is unchanged). -#}
-{% macro erasure_context() %}
+{% macro erasure_context(schema=none) %}
+  {% set account = (schema or erasure_raw_location().schema) | lower %}
   {% if not execute %}
-    {{ return({'table': none, 'salt_table': none}) }}
+    {{ return({'table': none, 'salt_table': none, 'account': account}) }}
   {% endif %}
-  {% set table = erasure_raw_relation(erasure_table_name()) %}
-  {% set salt_table = erasure_raw_relation(erasure_salt_table_name()) %}
+  {% set table = erasure_raw_relation(erasure_table_name(), schema) %}
+  {% set salt_table = erasure_raw_relation(erasure_salt_table_name(), schema) %}
   {% if table is not none and salt_table is none %}
     {{ exceptions.raise_compiler_error(
         table ~ " exists without " ~ erasure_salt_table_name() ~ " beside it: its entries were "
@@ -110,7 +111,18 @@ md5({{ erasure_salt_sql(context) }} || {{ normalised_expression }})
         ~ "Re-record the requests still open under the warehouse's own salt: delete the entries, "
         ~ "then run the erase command again for each (docs/security.md, The salt).") }}
   {% endif %}
-  {{ return({'table': table, 'salt_table': salt_table}) }}
+  {{ return({'table': table, 'salt_table': salt_table, 'account': account}) }}
+{% endmacro %}
+
+{#- The erasure context of every account schema that holds erasure requests (one catalog query):
+    a request is recorded in the raw schema of the account it was made to, and acts on that
+    account's rows only (ids are not unique across accounts). -#}
+{% macro erasure_contexts() %}
+  {% set contexts = [] %}
+  {% for relation in raw_relations(erasure_table_name()) %}
+    {% do contexts.append(erasure_context(relation.schema)) %}
+  {% endfor %}
+  {{ return(contexts) }}
 {% endmacro %}
 
 {#- A WHERE-clause condition: the row's email, phone or id is suppressed. Snowflake allows IN
@@ -141,14 +153,17 @@ md5({{ erasure_salt_sql(context) }} || {{ normalised_expression }})
     erasure was already applied to the raw row (its email is the placeholder) or not yet (its
     hashes are suppressed, e.g. a load wrote the person again while dbt ran). -#}
 {% macro with_erasure_flag(rows, key, email, phone, id_kind) -%}
-  {%- set context = erasure_context() -%}
 select {{ rows }}.*, erased.erased_key is not null as is_erased
 from {{ rows }}
 left join (
-    select distinct {{ key }} as erased_key
+    select distinct source_relation as erased_account, {{ key }} as erased_key
     from {{ rows }}
     where {{ email }} = {{ erasure_placeholder() }}
-        or {{ erasure_match(context, email=email, phone=phone, row_id=key, id_kind=id_kind) }}
+    {%- for context in erasure_contexts() %}
+        or (lower(source_relation) = '{{ context.account }}'
+            and {{ erasure_match(context, email=email, phone=phone, row_id=key, id_kind=id_kind) }})
+    {%- endfor %}
 ) as erased
-    on erased.erased_key = {{ rows }}.{{ key }}
+    on erased.erased_account = {{ rows }}.source_relation
+    and erased.erased_key = {{ rows }}.{{ key }}
 {%- endmacro %}

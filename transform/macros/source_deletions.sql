@@ -21,9 +21,9 @@
 
 {#- The trusted complete reads of a stream (see above), or none when read_windows or the raw
     table does not exist yet (the tap before 0.2, or read_windows not selected). -#}
-{% macro trusted_reads_sql(stream) %}
-  {% set windows = erasure_raw_relation('read_windows') if execute else none %}
-  {% set raw = erasure_raw_relation(stream.name) if execute else none %}
+{% macro trusted_reads_sql(stream, schema=none) %}
+  {% set windows = erasure_raw_relation('read_windows', schema) if execute else none %}
+  {% set raw = erasure_raw_relation(stream.name, schema) if execute else none %}
   {% if windows is none or raw is none %}
     {{ return(none) }}
   {% endif %}
@@ -44,12 +44,12 @@
 {% endmacro %}
 
 {#- Ids of the stream's raw rows deleted in the source, with when that was first seen. -#}
-{% macro deleted_in_source_sql(stream, trusted) -%}
+{% macro deleted_in_source_sql(stream, trusted, schema=none) -%}
 select ids.id as deleted_id, min(trusted.completed_at) as deleted_seen_at
 from (
     select id, venue_id, min({{ stream.time }}) as row_time,
         max(coalesce(_sdc_table_version, 0)) as newest_version
-    from {{ erasure_raw_relation(stream.name) }}
+    from {{ erasure_raw_relation(stream.name, schema) }}
     group by id, venue_id
 ) as ids
 inner join ({{ trusted }}) as trusted
@@ -62,25 +62,29 @@ group by ids.id
 
 {#- on-run-start: rows the API no longer returns inside a trusted read's window are marked
     (_sdc_deleted_at, so staging leaves them out) and lose their personal fields, as an erasure
-    does; rows already in that form are not counted again. -#}
+    does; rows already in that form are not counted again. Each account's raw schema apart: a
+    read of one account says nothing of another's rows. -#}
 {% macro apply_source_deletions(on_run_start=false) %}
   {% if not execute or (on_run_start and flags.WHICH not in ['build', 'run', 'test', 'retry']) %}
     {{ return('') }}
   {% endif %}
   {% set counts = {} %}
+  {% set schemas = raw_relations('read_windows') | map(attribute='schema') | list %}
+  {% for schema in schemas %}
   {% for stream in source_deletion_streams() %}
-    {% set trusted = trusted_reads_sql(stream) %}
+    {% set trusted = trusted_reads_sql(stream, schema) %}
     {% if trusted is not none %}
-      {% set relation = erasure_raw_relation(stream.name) %}
-      {% set match = "id in (select deleted_id from (" ~ deleted_in_source_sql(stream, trusted)
+      {% set relation = erasure_raw_relation(stream.name, schema) %}
+      {% set match = "id in (select deleted_id from (" ~ deleted_in_source_sql(stream, trusted, schema)
                      ~ ") as deleted_in_source)" %}
       {% set assignments = {} %}
       {% do assignments.update(stream.set) %}
       {% do assignments.update({'_sdc_deleted_at': 'now'}) %}
       {% set response, _ = adapter.execute(erasure_update_sql(relation, assignments, match),
                                            auto_begin=true) %}
-      {% do counts.update({stream.name: response.rows_affected}) %}
+      {% do counts.update({stream.name: counts.get(stream.name, 0) + response.rows_affected}) %}
     {% endif %}
+  {% endfor %}
   {% endfor %}
   {% if counts %}
     {% do adapter.commit() %}
@@ -95,9 +99,16 @@ group by ids.id
     started and finished: a day's guest page was read somewhere in between. -#}
 {% macro guest_reads_sql() -%}
   {%- set stream = source_deletion_streams()[0] -%}
-  {%- set trusted = trusted_reads_sql(stream) -%}
-  {%- if trusted is none -%}
+  {%- set reads = [] -%}
+  {%- for relation in raw_relations('read_windows') -%}
+    {%- set trusted = trusted_reads_sql(stream, relation.schema) -%}
+    {%- if trusted is not none -%}
+      {%- do reads.append((relation.schema | lower, trusted)) -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {%- if not reads -%}
 select
+    cast(null as {{ dbt.type_string() }}) as source_relation,
     cast(null as {{ dbt.type_bigint() }}) as venue_id,
     cast(null as date) as covered_from_day,
     cast(null as date) as covered_until_day,
@@ -105,12 +116,16 @@ select
     cast(null as {{ dbt.type_timestamp() }}) as completed_at
 where 1 = 0
   {%- else -%}
+  {%- for schema, trusted in reads %}
+{{ 'union all' if not loop.first }}
 select
+    cast('{{ schema }}' as {{ dbt.type_string() }}) as source_relation,
     venue_id,
     {{ london_date('covers_from') }} as covered_from_day,
     {{ london_date('covers_until') }} as covered_until_day,
     read_started_at,
     completed_at
 from ({{ trusted }}) as trusted
+  {%- endfor -%}
   {%- endif -%}
 {%- endmacro %}

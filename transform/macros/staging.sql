@@ -1,19 +1,35 @@
-{#- The current row per primary key of a raw table. target-postgres upserts on the key, but an
-    append-only load or a replayed batch can still leave several rows; ACTIVATE_VERSION marks
-    rows a full-table sync no longer saw with _sdc_deleted_at, and those are gone. -#}
-{% macro latest_rows(table, keys) -%}
-select *
+{#- The current row per primary key of a raw table, per account (macros/accounts.sql: every
+    account's raw schema, with source_relation and account_name). target-postgres upserts on the
+    key, but an append-only load or a replayed batch can still leave several rows; ACTIVATE_VERSION
+    marks rows a full-table sync no longer saw with _sdc_deleted_at, and those are gone. Each row
+    gets its account's account_id (the API's, from the schema's account table). -#}
+{% macro latest_rows(table, keys, incremental=false) -%}
+{%- set changed_only = incremental and is_incremental() -%}
+select ranked.*{{ ', accounts.account_id' if table != 'account' }}
 from (
     select
         raw_rows.*,
         row_number() over (
-            partition by {{ keys | join(', ') }}
+            partition by raw_rows.source_relation, {{ keys | join(', ') }}
             order by raw_rows._sdc_batched_at desc, raw_rows._sdc_sequence desc
         ) as loader_row_rank
-    from {{ source('guestdata', table) }} as raw_rows
-    where raw_rows._sdc_deleted_at is null
+    from ({{ union_raw(table) }}) as raw_rows
+    {#- incremental: the keys changed since the last build, a deleted one as a tombstone #}
+    where {{ changed_since_last_build('raw_rows') if changed_only else 'raw_rows._sdc_deleted_at is null' }}
 ) as ranked
-where loader_row_rank = 1
+{%- if table != 'account' %}
+left join {{ ref('stg_guestdata__account') }} as accounts
+    on accounts.source_relation = ranked.source_relation
+{%- endif %}
+where ranked.loader_row_rank = 1
+{%- endmacro %}
+
+{#- The account columns every staging model starts with (its rows from latest_rows). -#}
+{% macro account_columns(incremental=false) -%}
+    {{- tombstone_column(incremental) }}
+    cast(source_relation as {{ dbt.type_string() }}) as source_relation,
+    cast(account_id as {{ dbt.type_bigint() }}) as account_id,
+    cast(account_name as {{ dbt.type_string() }}) as account_name,
 {%- endmacro %}
 
 {#- A contact as one person: the email (lower case), or the phone where the splash page collects

@@ -14,5 +14,6 @@ union all
 select audience.contact_key, 'anonymised member' as problem
 from {{ ref('marketing_audience') }} as audience
 inner join {{ ref('stg_guestdata__members') }} as members
-    on members.member_status = 'anonymised'
+    on members.source_relation = audience.source_relation
+    and members.member_status = 'anonymised'
     and (members.contact_key = audience.contact_key or members.phone = audience.phone)

@@ -6,6 +6,8 @@
 ) }}
 
 select
+    source_relation,
+    account_name,
     member_id,
     points_balance,
     ledger_points_sum,

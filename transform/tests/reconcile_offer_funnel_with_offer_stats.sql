@@ -6,6 +6,8 @@
 ) }}
 
 select
+    source_relation,
+    account_name,
     offer_id,
     issued,
     api_issued,

@@ -7,6 +7,8 @@
 ) }}
 
 select
+    source_relation,
+    account_name,
     venue_id,
     date,
     visits,

@@ -10,6 +10,8 @@
 ) }}
 
 select
+    source_relation,
+    account_name,
     venue_id,
     date,
     visits,

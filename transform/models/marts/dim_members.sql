@@ -12,23 +12,27 @@ ledger as (
     select
         *,
         row_number() over (
-            partition by member_id order by created_at desc, ledger_entry_id desc
+            partition by source_relation, member_id order by created_at desc, ledger_entry_id desc
         ) as newest_first
     from {{ ref('stg_guestdata__member_ledger') }}
 ),
 
 ledger_totals as (
     select
+        source_relation,
         member_id,
         count(*) as ledger_lines,
         sum(points_delta) as ledger_points_sum,
         max(case when newest_first = 1 then balance_after end) as ledger_last_balance_after,
         max(created_at) as ledger_last_entry_at
     from ledger
-    group by member_id
+    group by source_relation, member_id
 )
 
 select
+    members.source_relation,
+    members.account_id,
+    members.account_name,
     members.member_id,
     members.member_number,
     members.member_status,
@@ -63,6 +67,8 @@ select
         as balance_matches_ledger
 from members
 left join tiers
-    on tiers.tier_key = members.tier_key
+    on tiers.source_relation = members.source_relation
+    and tiers.tier_key = members.tier_key
 left join ledger_totals
-    on ledger_totals.member_id = members.member_id
+    on ledger_totals.source_relation = members.source_relation
+    and ledger_totals.member_id = members.member_id

@@ -6,17 +6,19 @@ with offers as (
 
 rewards as (
     select
+        source_relation,
         offer_id,
         count(*) as issued,
         sum(case when status_as_read = 'issued' then 1 else 0 end) as outstanding,
         sum(case when status_as_read = 'expired' then 1 else 0 end) as expired,
         sum(case when issued_via = 'points' then 1 else 0 end) as claimed
     from {{ ref('stg_guestdata__rewards') }}
-    group by offer_id
+    group by source_relation, offer_id
 ),
 
 redemptions as (
     select
+        redemptions.source_relation,
         redemptions.offer_id,
         sum(case when redemptions.status = 'completed' then 1 else 0 end) as redeemed,
         sum(case when redemptions.status = 'voided' then 1 else 0 end) as voided,
@@ -36,8 +38,10 @@ redemptions as (
             end
         ) as redemptions_in_other_currencies
     from {{ ref('stg_guestdata__redemptions') }} as redemptions
-    inner join offers on offers.offer_id = redemptions.offer_id
-    group by redemptions.offer_id
+    inner join offers
+        on offers.source_relation = redemptions.source_relation
+        and offers.offer_id = redemptions.offer_id
+    group by redemptions.source_relation, redemptions.offer_id
 ),
 
 api as (
@@ -45,6 +49,9 @@ api as (
 )
 
 select
+    offers.source_relation,
+    offers.account_id,
+    offers.account_name,
     offers.offer_id,
     offers.offer_name,
     offers.kind,
@@ -68,6 +75,9 @@ select
     api.claimed as api_claimed,
     api.offer_id is not null as has_api_stats
 from offers
-left join rewards on rewards.offer_id = offers.offer_id
-left join redemptions on redemptions.offer_id = offers.offer_id
-left join api on api.offer_id = offers.offer_id
+left join rewards
+    on rewards.source_relation = offers.source_relation and rewards.offer_id = offers.offer_id
+left join redemptions
+    on redemptions.source_relation = offers.source_relation
+    and redemptions.offer_id = offers.offer_id
+left join api on api.source_relation = offers.source_relation and api.offer_id = offers.offer_id

@@ -8,7 +8,7 @@ redemptions as (
     select
         *,
         row_number() over (
-            partition by reward_id order by redeemed_at desc, redemption_id desc
+            partition by source_relation, reward_id order by redeemed_at desc, redemption_id desc
         ) as newest_first
     from {{ ref('stg_guestdata__redemptions') }}
 ),
@@ -18,6 +18,9 @@ offers as (
 )
 
 select
+    rewards.source_relation,
+    rewards.account_id,
+    rewards.account_name,
     rewards.reward_id,
     rewards.offer_id,
     offers.offer_name,
@@ -44,6 +47,8 @@ select
     {{ seconds_between('rewards.issued_at', 'redemptions.redeemed_at') }} as seconds_to_redeem
 from rewards
 left join redemptions
-    on redemptions.reward_id = rewards.reward_id and redemptions.newest_first = 1
+    on redemptions.source_relation = rewards.source_relation
+    and redemptions.reward_id = rewards.reward_id
+    and redemptions.newest_first = 1
 left join offers
-    on offers.offer_id = rewards.offer_id
+    on offers.source_relation = rewards.source_relation and offers.offer_id = rewards.offer_id

@@ -8,9 +8,11 @@ venues as (
     select * from {{ ref('stg_guestdata__venues') }}
 ),
 
--- The guest history is complete up to the London day of its latest read.
+-- An account's guest history is complete up to the London day of its latest read.
 as_of as (
-    select max({{ london_date('read_at') }}) as as_of_date from guests
+    select source_relation, max({{ london_date('read_at') }}) as as_of_date
+    from guests
+    group by source_relation
 ),
 
 day_numbers as (
@@ -19,23 +21,25 @@ day_numbers as (
 
 venue_days as (
     select
+        venues.source_relation,
         venues.venue_id,
         cast({{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} as date) as date
     from venues
     cross join day_numbers
-    cross join as_of
+    inner join as_of on as_of.source_relation = venues.source_relation
     where {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} <= as_of.as_of_date
 ),
 
 -- Days with arrivals are kept even outside the venue's lifetime, so no guest row is lost.
 spine as (
-    select venue_id, date from venue_days
+    select source_relation, venue_id, date from venue_days
     union
-    select venue_id, visited_on as date from guests
+    select source_relation, venue_id, visited_on as date from guests
 ),
 
 from_guests as (
     select
+        source_relation,
         venue_id,
         visited_on as date,
         count(*) as visits,
@@ -45,7 +49,7 @@ from_guests as (
         -- arrivals of people erased on request: counted as visits, no longer as people
         sum(case when is_erased then 1 else 0 end) as erased_visits
     from guests
-    group by venue_id, visited_on
+    group by source_relation, venue_id, visited_on
 ),
 
 api as (
@@ -61,19 +65,24 @@ guest_reads as (
 
 guests_read as (
     select
+        spine.source_relation,
         spine.venue_id,
         spine.date,
         max(guest_reads.read_started_at) as guests_read_started_at,
         max(guest_reads.completed_at) as guests_read_completed_at
     from spine
     inner join guest_reads
-        on guest_reads.venue_id = spine.venue_id
+        on guest_reads.source_relation = spine.source_relation
+        and guest_reads.venue_id = spine.venue_id
         and guest_reads.covered_from_day <= spine.date
         and guest_reads.covered_until_day > spine.date
-    group by spine.venue_id, spine.date
+    group by spine.source_relation, spine.venue_id, spine.date
 )
 
 select
+    spine.source_relation,
+    accounts.account_id,
+    accounts.account_name,
     spine.venue_id,
     venues.venue_name,
     spine.date,
@@ -92,12 +101,21 @@ select
     guests_read.guests_read_started_at,
     guests_read.guests_read_completed_at
 from spine
-cross join as_of
+inner join as_of
+    on as_of.source_relation = spine.source_relation
+left join {{ ref('stg_guestdata__account') }} as accounts
+    on accounts.source_relation = spine.source_relation
 left join venues
-    on venues.venue_id = spine.venue_id
+    on venues.source_relation = spine.source_relation and venues.venue_id = spine.venue_id
 left join from_guests
-    on from_guests.venue_id = spine.venue_id and from_guests.date = spine.date
+    on from_guests.source_relation = spine.source_relation
+    and from_guests.venue_id = spine.venue_id
+    and from_guests.date = spine.date
 left join api
-    on api.venue_id = spine.venue_id and api.stats_date = spine.date
+    on api.source_relation = spine.source_relation
+    and api.venue_id = spine.venue_id
+    and api.stats_date = spine.date
 left join guests_read
-    on guests_read.venue_id = spine.venue_id and guests_read.date = spine.date
+    on guests_read.source_relation = spine.source_relation
+    and guests_read.venue_id = spine.venue_id
+    and guests_read.date = spine.date

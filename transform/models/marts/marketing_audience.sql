@@ -10,7 +10,7 @@ latest_read as (
     select
         *,
         row_number() over (
-            partition by contact_key
+            partition by source_relation, contact_key
             order by read_at desc, visited_at desc, guest_visit_id desc
         ) as newest_first
     from guests
@@ -18,6 +18,7 @@ latest_read as (
 
 visits as (
     select
+        source_relation,
         contact_key,
         count(*) as visits,
         min(visited_at) as first_visit_at,
@@ -25,28 +26,32 @@ visits as (
         count(distinct venue_id) as venue_count,
         {{ array_agg_distinct_sorted('venue_id') }} as venue_ids
     from guests
-    group by contact_key
+    group by source_relation, contact_key
 ),
 
 last_visit as (
     select
+        source_relation,
         contact_key,
         venue_id,
         row_number() over (
-            partition by contact_key order by visited_at desc, guest_visit_id desc
+            partition by source_relation, contact_key order by visited_at desc, guest_visit_id desc
         ) as newest_first
     from guests
 ),
 
 erased as (
-    select contact_key from {{ ref('stg_guestdata__members') }}
+    select source_relation, contact_key from {{ ref('stg_guestdata__members') }}
     where member_status = 'anonymised' and contact_key is not null
     union
-    select nullif(trim(phone), '') from {{ ref('stg_guestdata__members') }}
+    select source_relation, nullif(trim(phone), '') from {{ ref('stg_guestdata__members') }}
     where member_status = 'anonymised' and nullif(trim(phone), '') is not null
 )
 
 select
+    latest_read.source_relation,
+    latest_read.account_id,
+    latest_read.account_name,
     latest_read.contact_key,
     latest_read.contact_type,
     latest_read.email,
@@ -60,11 +65,16 @@ select
     visits.venue_count,
     visits.venue_ids
 from latest_read
-inner join visits on visits.contact_key = latest_read.contact_key
+inner join visits
+    on visits.source_relation = latest_read.source_relation
+    and visits.contact_key = latest_read.contact_key
 inner join last_visit
-    on last_visit.contact_key = latest_read.contact_key and last_visit.newest_first = 1
+    on last_visit.source_relation = latest_read.source_relation
+    and last_visit.contact_key = latest_read.contact_key
+    and last_visit.newest_first = 1
 left join erased
-    on erased.contact_key = latest_read.contact_key
+    on erased.source_relation = latest_read.source_relation
+    and erased.contact_key = latest_read.contact_key
 where latest_read.newest_first = 1
     and latest_read.has_marketing_consent
     and erased.contact_key is null

@@ -1,7 +1,7 @@
 with account as ({{ latest_rows('account', ['account_id']) }})
 
 select
-    cast(account_id as {{ dbt.type_bigint() }}) as account_id,
+    {{ account_columns() }}
     cast(business_name as {{ dbt.type_string() }}) as business_name,
     cast(plan as {{ dbt.type_string() }}) as plan_name,
     cast(venue_count as {{ dbt.type_bigint() }}) as venue_count,

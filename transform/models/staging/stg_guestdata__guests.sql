@@ -1,11 +1,13 @@
+{{ incremental_staging_config('guest_visit_id') }}
 -- One row per arrival (spec 2.3). The contact key is how spec 2.4 counts a person. A person
 -- erased on request keeps their arrivals (they still count in the API's /stats) but no contact,
 -- even when a load wrote them again after the erasure (macros/erasure_sql.sql).
-with guests as ({{ latest_rows('guests', ['id']) }}),
+with guests as ({{ latest_rows('guests', ['id'], incremental=true) }}),
 
 arrivals as ({{ with_erasure_flag('guests', 'id', 'email', 'phone', 'guest_id') }})
 
 select
+    {{ account_columns(incremental=true) }}
     cast(id as {{ dbt.type_bigint() }}) as guest_visit_id,
     cast(venue_id as {{ dbt.type_bigint() }}) as venue_id,
     case when is_erased then {{ erasure_placeholder() }} else cast(name as {{ dbt.type_string() }}) end as full_name,

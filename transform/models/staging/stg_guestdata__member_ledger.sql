@@ -1,6 +1,8 @@
-with member_ledger as ({{ latest_rows('member_ledger', ['id']) }})
+{{ incremental_staging_config('ledger_entry_id') }}
+with member_ledger as ({{ latest_rows('member_ledger', ['id'], incremental=true) }})
 
 select
+    {{ account_columns(incremental=true) }}
     cast(id as {{ dbt.type_bigint() }}) as ledger_entry_id,
     cast(member_id as {{ dbt.type_bigint() }}) as member_id,
     cast(site_id as {{ dbt.type_bigint() }}) as venue_id,

@@ -5,6 +5,7 @@ with members as ({{ latest_rows('members', ['id']) }}),
 people as ({{ with_erasure_flag('members', 'id', 'email', 'phone_e164', 'member_id') }})
 
 select
+    {{ account_columns() }}
     cast(id as {{ dbt.type_bigint() }}) as member_id,
     cast(member_number as {{ dbt.type_string() }}) as member_number,
     -- spec 3: active, left or anonymised; anonymised members have left as well

@@ -1,6 +1,7 @@
 with offer_stats as ({{ latest_rows('offer_stats', ['offer_id']) }})
 
 select
+    {{ account_columns() }}
     cast(offer_id as {{ dbt.type_bigint() }}) as offer_id,
     cast(issued as {{ dbt.type_bigint() }}) as issued,
     cast(outstanding as {{ dbt.type_bigint() }}) as outstanding,

@@ -1,6 +1,7 @@
 with offers as ({{ latest_rows('offers', ['id']) }})
 
 select
+    {{ account_columns() }}
     cast(id as {{ dbt.type_bigint() }}) as offer_id,
     cast(programme_id as {{ dbt.type_bigint() }}) as programme_id,
     cast(name as {{ dbt.type_string() }}) as offer_name,

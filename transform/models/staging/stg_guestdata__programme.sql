@@ -1,6 +1,7 @@
 with programme as ({{ latest_rows('programme', ['id']) }})
 
 select
+    {{ account_columns() }}
     cast(id as {{ dbt.type_bigint() }}) as programme_id,
     cast(name as {{ dbt.type_string() }}) as programme_name,
     cast(mode as {{ dbt.type_string() }}) as mode,

@@ -1,6 +1,7 @@
 with programme_venues as ({{ latest_rows('programme_venues', ['site_id']) }})
 
 select
+    {{ account_columns() }}
     cast(site_id as {{ dbt.type_bigint() }}) as venue_id,
     cast(site_name as {{ dbt.type_string() }}) as venue_name,
     cast(currency as {{ dbt.type_string() }}) as currency,

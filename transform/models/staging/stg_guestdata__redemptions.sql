@@ -1,6 +1,8 @@
-with redemptions as ({{ latest_rows('redemptions', ['id']) }})
+{{ incremental_staging_config('redemption_id') }}
+with redemptions as ({{ latest_rows('redemptions', ['id'], incremental=true) }})
 
 select
+    {{ account_columns(incremental=true) }}
     cast(id as {{ dbt.type_bigint() }}) as redemption_id,
     cast(reference as {{ dbt.type_string() }}) as redemption_reference,
     cast(offer_id as {{ dbt.type_bigint() }}) as offer_id,

@@ -1,6 +1,8 @@
-with rewards as ({{ latest_rows('rewards', ['id']) }})
+{{ incremental_staging_config('reward_id') }}
+with rewards as ({{ latest_rows('rewards', ['id'], incremental=true) }})
 
 select
+    {{ account_columns(incremental=true) }}
     cast(id as {{ dbt.type_bigint() }}) as reward_id,
     cast(offer_id as {{ dbt.type_bigint() }}) as offer_id,
     cast(offer_name as {{ dbt.type_string() }}) as offer_name,

@@ -1,6 +1,7 @@
 with tiers as ({{ latest_rows('tiers', ['programme_id', 'key']) }})
 
 select
+    {{ account_columns() }}
     cast(programme_id as {{ dbt.type_bigint() }}) as programme_id,
     cast(key as {{ dbt.type_string() }}) as tier_key,
     cast(name as {{ dbt.type_string() }}) as tier_name,

@@ -1,6 +1,7 @@
 with venues as ({{ latest_rows('venues', ['id']) }})
 
 select
+    {{ account_columns() }}
     cast(id as {{ dbt.type_bigint() }}) as venue_id,
     cast(name as {{ dbt.type_string() }}) as venue_name,
     cast(city as {{ dbt.type_string() }}) as city,

@@ -1,0 +1,212 @@
+"""Incremental models equal a full refresh (docs/transform.md "What is incremental").
+
+One sandbox and database, the daily job's own incremental dbt build after each change, in order:
+a first load; new arrivals; late arrivals on an old day; a day's stats changed; guests deleted at
+the source and followed; a person erased; a period reloaded. After each step every mart and
+every incremental staging model equals, row for row (all columns), a `--full-refresh` build of
+the same raw data into a schema of its own; the incremental schema is never rebuilt whole.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.testing import SandboxProcess
+from support.dbt import (
+    MARTS,
+    RAW_SCHEMA,
+    REFRESH_AND_BUILD,
+    RUN_ALL,
+    Dbt,
+    dbt_env,
+    model_rows,
+    person_to_erase,
+    query,
+)
+from support.pipeline import MeltanoProject
+
+pytestmark = pytest.mark.e2e
+
+MODELS_SCHEMA = f"{RAW_SCHEMA}_analytics"
+FULL_SCHEMA = f"{RAW_SCHEMA}_full_refresh"
+INCREMENTAL_STAGING = (
+    "stg_guestdata__guests",
+    "stg_guestdata__member_ledger",
+    "stg_guestdata__rewards",
+    "stg_guestdata__redemptions",
+)
+LONDON = ZoneInfo("Europe/London")
+
+
+@pytest.fixture(scope="module")
+def run_env() -> dict[str, str]:
+    """No lookback: each build reads only what the loader wrote since the last one, so the
+    comparison tests the watermark itself (the default 6 hours would re-read these minutes)."""
+    return {"GUESTDATA_INCREMENTAL_LOOKBACK_HOURS": "0"}
+
+
+@pytest.fixture(scope="module")
+def full_refresh(
+    pg_server: Any, e2e_database: str, tmp_path_factory: pytest.TempPathFactory
+) -> Dbt:
+    """dbt on the same raw data, its models in FULL_SCHEMA, always built with --full-refresh."""
+    target_dir = tmp_path_factory.mktemp("dbt-target-full-refresh")
+    env = {**dbt_env(pg_server, e2e_database), "GUESTDATA_DBT_SCHEMA": FULL_SCHEMA}
+    env["DBT_LOG_PATH"] = str(target_dir / "logs")
+    return Dbt(env=env, target_dir=target_dir)
+
+
+@pytest.fixture(scope="module")
+def compare(loaded: MeltanoProject, full_refresh: Dbt, conninfo: str) -> Iterator[Any]:
+    def equal_to_a_full_refresh() -> None:
+        run = full_refresh.build("--full-refresh")
+        assert run.returncode == 0, run.output[-3000:]
+        for schema_suffix, models in (("", MARTS), ("_staging", INCREMENTAL_STAGING)):
+            incremental = model_rows(conninfo, MODELS_SCHEMA + schema_suffix, models)
+            full = model_rows(conninfo, FULL_SCHEMA + schema_suffix, models)
+            for model in models:
+                assert incremental[model], model
+                only_incremental = set(incremental[model]) - set(full[model])
+                only_full = set(full[model]) - set(incremental[model])
+                assert (only_incremental, only_full) == (set(), set()), model
+                assert len(incremental[model]) == len(full[model]), model
+
+    yield equal_to_a_full_refresh
+
+
+def relation_id(conninfo: str, model: str) -> int:
+    """The table's oid: an incremental build keeps it, a rebuild makes a new one."""
+    ((oid,),) = query(conninfo, f"SELECT '{MODELS_SCHEMA}_staging.{model}'::regclass::oid")
+    return int(oid)
+
+
+def london_day(days_ago: int) -> dt.date:
+    return dt.datetime.now(LONDON).date() - dt.timedelta(days=days_ago)
+
+
+def reload_period(loaded: MeltanoProject, first: dt.date, last: dt.date) -> None:
+    """docs/configuration.md end_date: a period re-read under its own state id, then the build."""
+    loaded.run(
+        "--environment=dev",
+        "run",
+        "--full-refresh",
+        f"--state-id-suffix=reload-{first}-{last}",
+        "tap-guestdata",
+        "target-postgres",
+        "guestdata-pg-types:timestamptz",
+        "dbt-postgres:build",
+        extra_env={"TAP_GUESTDATA_START_DATE": str(first), "TAP_GUESTDATA_END_DATE": str(last)},
+    )
+
+
+def visits_on(conninfo: str, day: dt.date) -> int:
+    ((visits,),) = query(
+        conninfo,
+        f"SELECT coalesce(sum(visits), 0) FROM {MODELS_SCHEMA}.fct_venue_daily WHERE date = %s",
+        day,
+    )
+    return int(visits)
+
+
+def test_1_a_first_load(compare: Any) -> None:
+    compare()
+
+
+def test_2_new_arrivals_members_ledger_rewards_and_redemptions(
+    loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str, compare: Any
+) -> None:
+    truth = sandbox.truth(OWNER_KEYS[0])
+    kept = relation_id(conninfo, "stg_guestdata__guests")
+    sandbox.mutate("add_guests", count=5)
+    sandbox.mutate("add_ledger_lines", member_id=truth["members"][0]["id"], count=2)
+    sandbox.mutate("add_rewards", count=2)
+    sandbox.mutate("add_redemptions", count=1)
+    loaded.run(*RUN_ALL)
+    assert relation_id(conninfo, "stg_guestdata__guests") == kept, "built incrementally"
+    compare()
+
+
+def test_3_late_arrivals_on_an_old_day(
+    loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str, compare: Any
+) -> None:
+    day = london_day(4)
+    before = visits_on(conninfo, day)
+    noon = dt.datetime.combine(day, dt.time(12), tzinfo=LONDON).isoformat()
+    sandbox.mutate("add_guests", count=3, visited_at=noon)
+    reload_period(loaded, day, day)
+    assert visits_on(conninfo, day) == before + 3
+    compare()
+
+
+def test_4_a_days_stats_changed(
+    loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str, compare: Any
+) -> None:
+    day = london_day(6)
+    guest = next(
+        g
+        for g in sandbox.truth(OWNER_KEYS[0], "guests")
+        if dt.datetime.fromisoformat(g["visited_at"]).astimezone(LONDON).date() == day
+    )
+    sandbox.mutate(
+        "set_marketing_consent", guest_id=guest["id"], value=not guest["marketing_consent"]
+    )
+    reload_period(loaded, day, day)
+    compare()
+
+
+def test_5_guests_deleted_at_the_source_and_followed(
+    loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str, compare: Any
+) -> None:
+    day = london_day(9)
+    deleted = [
+        g["id"]
+        for g in sandbox.truth(OWNER_KEYS[0], "guests")
+        if dt.datetime.fromisoformat(g["visited_at"]).astimezone(LONDON).date() == day
+    ][:2]
+    assert deleted
+    before = visits_on(conninfo, day)
+    for guest_id in deleted:
+        sandbox.mutate("delete_guest", guest_id=guest_id)
+    loaded.run(*REFRESH_AND_BUILD)
+    assert visits_on(conninfo, day) == before - len(deleted)
+    compare()
+
+
+def test_6_a_person_erased(
+    loaded: MeltanoProject, sandbox: SandboxProcess, dbt: Dbt, conninfo: str, compare: Any
+) -> None:
+    person = person_to_erase(sandbox)
+    erased = dbt.run(
+        "run-operation", "erase_person", extra_env={"GUESTDATA_ERASE_IDENTIFIER": person.email}
+    )
+    assert erased.returncode == 0, erased.output[-3000:]
+    loaded.run(*RUN_ALL)
+    assert query(
+        conninfo,
+        f"SELECT count(*) FROM {MODELS_SCHEMA}.marketing_audience WHERE contact_key = %s",
+        person.email,
+    ) == [(0,)]
+    compare()
+
+
+def test_7_a_period_reloaded(loaded: MeltanoProject, conninfo: str, compare: Any) -> None:
+    """Every row of ten days written again: the incremental models re-read all of them."""
+    reload_period(loaded, london_day(14), london_day(5))
+    compare()
+
+
+def test_the_equivalence_compares_real_rows(conninfo: str, compare: Any) -> None:
+    """The comparison can fail: a row changed behind dbt's back shows as a difference."""
+    query(
+        conninfo,
+        f"UPDATE {MODELS_SCHEMA}.fct_venue_daily SET visits = visits + 1 "
+        f"WHERE ctid = (SELECT min(ctid) FROM {MODELS_SCHEMA}.fct_venue_daily) RETURNING 1",
+    )
+    with pytest.raises(AssertionError, match="fct_venue_daily"):
+        compare()

@@ -1,0 +1,109 @@
+{#- One set of models for every account (docs/transform.md "Across accounts"; the layout choice:
+    docs/development.md "One warehouse for every account").
+
+    Each account lands in a raw schema of its own (guestdata_<name>), so one account's
+    ACTIVATE_VERSION, hard deletes, deletions following and erasure act on its tables only. The
+    staging layer reads every raw schema whose name matches one LIKE pattern, as Fivetran's
+    packages union connectors' schemas: each row carries the schema it came from
+    (source_relation), the account's name and (from the schema's account table) its account_id.
+
+    The pattern: the var guestdata_raw_schemas, else the environment's GUESTDATA_RAW_SCHEMAS, else
+    the one raw schema of the source (a plain `meltano run`: one account). A build of many
+    accounts sets GUESTDATA_RAW_SCHEMAS='guestdata\_%', so adding an account edits no dbt file
+    (the accounts DAG's one build is to set it: docs/transform.md). A schema counts as
+    an account's once it holds the tap's account table (the models' own schemas never do). -#}
+
+{% macro raw_schema_pattern() -%}
+  {{ return(var('guestdata_raw_schemas', env_var('GUESTDATA_RAW_SCHEMAS', '')) or erasure_raw_location().schema) }}
+{%- endmacro %}
+
+{#- The account's name: the raw schema's name after guestdata_ (the accounts configuration's
+    default schema, tap_guestdata/airflow/accounts.py); none for any other schema. -#}
+{% macro account_name_of(schema) -%}
+  {%- set prefix = var('guestdata_account_schema_prefix', 'guestdata_') -%}
+  {%- set name = (schema | lower)[prefix | length:] -%}
+  {{ return(name if (schema | lower).startswith(prefix) and name else none) }}
+{%- endmacro %}
+
+{#- The accounts' raw copies of one table: a list of {'schema', 'columns'} in schema order, from
+    one catalog query (the tables of 10,000 schemas are one round trip, not 10,000). -#}
+{% macro raw_relations(table) %}
+  {% if not execute %}
+    {{ return([]) }}
+  {% endif %}
+  {% set found = run_query(raw_columns_sql(table, raw_schema_pattern())) %}
+  {% set relations = [] %}
+  {% for row in found.rows %}
+    {% do relations.append({'schema': row[0], 'columns': row[1].split(',')}) %}
+  {% endfor %}
+  {{ return(relations) }}
+{% endmacro %}
+
+{#- (schema, its columns comma-separated in table order) for each account schema holding the
+    table. An account schema: the pattern matches and it holds the tap's account table. -#}
+{% macro raw_columns_sql(table, pattern) %}
+  {{ return(adapter.dispatch('raw_columns_sql', 'guestdata')(table, pattern)) }}
+{% endmacro %}
+
+{#- pg_catalog, not information_schema: the latter's privilege checks take seconds on 10,000
+    schemas' columns. -#}
+{% macro postgres__raw_columns_sql(table, pattern) %}
+  {{ return(
+    "select schemas.nspname, string_agg(columns.attname, ',' order by columns.attnum)"
+    ~ " from pg_catalog.pg_namespace as schemas"
+    ~ " join pg_catalog.pg_class as tables on tables.relnamespace = schemas.oid"
+    ~ " join pg_catalog.pg_attribute as columns on columns.attrelid = tables.oid"
+    ~ " where schemas.nspname like '" ~ pattern ~ "' and tables.relname = '" ~ table ~ "'"
+    ~ " and tables.relkind in ('r', 'p', 'v') and columns.attnum > 0 and not columns.attisdropped"
+    ~ " and exists (select 1 from pg_catalog.pg_class as account"
+    ~ " where account.relnamespace = schemas.oid and account.relname = 'account')"
+    ~ " group by schemas.nspname order by schemas.nspname"
+  ) }}
+{% endmacro %}
+
+{% macro default__raw_columns_sql(table, pattern) %}
+  {{ return(
+    "select columns.table_schema, listagg(columns.column_name, ',')"
+    ~ " within group (order by columns.ordinal_position)"
+    ~ " from information_schema.columns as columns"
+    ~ " where upper(columns.table_schema) like upper('" ~ pattern ~ "')"
+    ~ " and upper(columns.table_name) = upper('" ~ table ~ "')"
+    ~ " and upper(columns.table_schema) in (select upper(table_schema)"
+    ~ " from information_schema.tables where upper(table_name) = 'ACCOUNT')"
+    ~ " group by columns.table_schema order by columns.table_schema"
+  ) }}
+{% endmacro %}
+
+{#- Every account's rows of a raw table, one select per account schema, each with
+    source_relation and account_name first; a column an older schema lacks reads null. No
+    schema holds the table yet: the source itself, so the error names what is missing. -#}
+{% macro union_raw(table) -%}
+  {%- set relations = raw_relations(table) -%}
+  {%- if not relations -%}
+select
+    cast('{{ source('guestdata', table).schema | lower }}' as {{ dbt.type_string() }}) as source_relation,
+    cast(null as {{ dbt.type_string() }}) as account_name,
+    raw_table.*
+from {{ source('guestdata', table) }} as raw_table
+  {%- else -%}
+  {%- set columns = [] -%}
+  {%- for relation in relations -%}
+    {%- for column in relation.columns if column | lower not in columns -%}
+      {%- do columns.append(column | lower) -%}
+    {%- endfor -%}
+  {%- endfor -%}
+-- depends_on: {{ source('guestdata', table) }}
+  {%- for relation in relations %}
+  {%- set held = relation.columns | map('lower') | list %}
+  {%- set name = account_name_of(relation.schema) %}
+{{ 'union all' if not loop.first }}
+select
+    cast('{{ relation.schema | lower }}' as {{ dbt.type_string() }}) as source_relation,
+    cast({{ "'" ~ name ~ "'" if name else 'null' }} as {{ dbt.type_string() }}) as account_name,
+    {% for column in columns -%}
+    {{ adapter.quote(relation.columns[held.index(column)]) if column in held else 'null' }} as {{ column }}{{ ',' if not loop.last }}
+    {% endfor -%}
+from {{ api.Relation.create(database=target.database, schema=relation.schema, identifier=table) }}
+  {%- endfor -%}
+  {%- endif -%}
+{%- endmacro %}

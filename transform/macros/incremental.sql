@@ -1,0 +1,51 @@
+{#- Incremental staging (docs/transform.md "What is incremental"). A model built this way reads,
+    of every account's raw table, only the rows the loader wrote (_sdc_batched_at) or flagged
+    deleted (_sdc_deleted_at: ACTIVATE_VERSION, the source-deletions hook) since its newest row,
+    less guestdata_incremental_lookback_hours, and replaces those keys. Keyed on the loader's
+    times, not on business dates, so every way an old row changes is a new raw row or a new flag
+    and is read again: the tap's lookbacks, late arrivals, a reloaded period, the weekly refresh,
+    a deletion followed. Erasure updates the models' rows itself (macros/erasure.sql). The
+    lookback only covers a batch stamped before the last build and committed after it.
+    `dbt build --full-refresh` rebuilds from every raw row. -#}
+
+{#- The model's config: incremental on its account-qualified key. on_schema_change ignore: the
+    batch's tombstone column stays out of the table (a new model column takes --full-refresh).
+    tmp_relation_type transient: the batch is a table, so the delete and the insert read the
+    same rows (a view, read again after the delete, would see another watermark); fakesnow
+    refuses dbt-snowflake's temporary tables and views. PostgreSQL always uses a temporary table. -#}
+{% macro incremental_staging_config(key) %}
+  {{ config(
+      materialized='incremental',
+      incremental_strategy='guestdata_upsert',
+      unique_key=['source_relation', key],
+      on_schema_change='ignore',
+      tmp_relation_type='transient',
+  ) }}
+{% endmacro %}
+
+{#- A raw row the loader changed since this model's last build (less the lookback). -#}
+{% macro changed_since_last_build(rows) -%}
+  {%- set since -%}
+    (select {{ dbt.dateadd('hour', -1 * var('guestdata_incremental_lookback_hours', env_var('GUESTDATA_INCREMENTAL_LOOKBACK_HOURS', '6')) | int, 'max(loaded_at)') }} from {{ this }})
+  {%- endset -%}
+  (coalesce({{ rows }}._sdc_batched_at >= {{ since }}, true) or {{ rows }}._sdc_deleted_at >= {{ since }})
+{%- endmacro %}
+
+{#- The key's newest raw row was flagged deleted: the batch carries it only so that its old row
+    is removed (get_incremental_guestdata_upsert_sql inserts no tombstone). -#}
+{% macro tombstone_column(incremental) -%}
+  {%- if incremental and is_incremental() %}
+    _sdc_deleted_at is not null as guestdata_is_tombstone,
+  {%- endif -%}
+{%- endmacro %}
+
+{#- dbt's delete+insert, except that the batch's tombstones are deleted and not inserted. The
+    same SQL on PostgreSQL and Snowflake (dbt's own delete+insert form). -#}
+{% macro get_incremental_guestdata_upsert_sql(arg_dict) %}
+  {%- set keys = arg_dict['unique_key'] | join(', ') -%}
+  {%- set columns = get_quoted_csv(arg_dict['dest_columns'] | map(attribute='name')) -%}
+delete from {{ arg_dict['target_relation'] }}
+where ({{ keys }}) in (select distinct {{ keys }} from {{ arg_dict['temp_relation'] }});
+insert into {{ arg_dict['target_relation'] }} ({{ columns }})
+select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is_tombstone
+{% endmacro %}
