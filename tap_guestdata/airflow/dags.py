@@ -136,6 +136,7 @@ def models_build(plan: AccountsPlan, queues: Sequence[TaskGroup]) -> None:
     build = GuestDataModelsOperator(
         task_id="dbt_build",
         accounts=[plan.models()],
+        unmodelled=plan.outside_models(),
         blocks=config.transform,
         trigger_rule=TriggerRule.ALL_DONE,
         execution_timeout=config.transform_timeout,
