@@ -29,9 +29,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.sdk import DAG, AssetAll, CronDataIntervalTimetable, Param, TaskGroup, task, task_group
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import TriggerRule
+from airflow.sdk import (
+    DAG,
+    AssetAll,
+    CronDataIntervalTimetable,
+    Param,
+    TaskGroup,
+    TriggerRule,
+    task,
+    task_group,
+)
 from airflow.sdk import conf as airflow_conf
 
 from tap_guestdata.airflow.accounts import (
