@@ -132,7 +132,7 @@ def queue_group(
     return group
 
 
-def models_build(plan: AccountsPlan, queues: Sequence[TaskGroup]) -> None:
+def models_build(plan: AccountsPlan, dag_id: str, queues: Sequence[TaskGroup]) -> None:
     """The run's one `dbt_build`, of every account's models, after every queue's loads.
 
     `all_done`: it runs once every load has ended, whatever the end; an account whose load
@@ -143,7 +143,7 @@ def models_build(plan: AccountsPlan, queues: Sequence[TaskGroup]) -> None:
     config = plan.config
     build = GuestDataModelsOperator(
         task_id="dbt_build",
-        accounts=[plan.models()],
+        accounts=[plan.models(dag_id)],
         unmodelled=plan.outside_models(),
         blocks=config.transform,
         trigger_rule=TriggerRule.ALL_DONE,
@@ -248,7 +248,7 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
                 for queue in plan.queues(schedule, refresh=False)
             ]
             if builds:
-                models_build(plan, groups)
+                models_build(plan, dag_id, groups)
         register(dag_id, refresh=False)
         dags.append(daily)
     if plan.queues(None, refresh=True):
@@ -264,7 +264,7 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
                 for queue in plan.queues(None, refresh=True)
             ]
             if builds:
-                models_build(plan, groups)
+                models_build(plan, REFRESH_DAG_ID, groups)
         register(REFRESH_DAG_ID, refresh=True)
         dags.append(refresh)
     if plan.single and config.transform:
@@ -278,7 +278,7 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
         ) as transform:
             GuestDataModelsOperator(
                 task_id="dbt_build",
-                accounts=[plan.models()],
+                accounts=[plan.models(TRANSFORM_DAG_ID)],
                 blocks=config.transform,
                 execution_timeout=config.transform_timeout,
                 outlets=[MODELS_ASSET],

@@ -28,7 +28,6 @@ SINGLE_ACCOUNT = "guestdata"  # the account of a deployment without an accounts 
 # default schemas, guestdata_<name>) into one models schema (staging: <schema>_staging).
 RAW_SCHEMAS = "guestdata\\_%"
 MODELS_SCHEMA = "guestdata_analytics"
-MODELS_NAME = "accounts"  # the build's name in its task's log and its Meltano directory
 
 
 def streams_of(groups: Sequence[str]) -> tuple[str, ...]:
@@ -126,28 +125,30 @@ class AccountsPlan:
             assets=assets,
         )
 
-    def models_of(self, name: str) -> AccountLoad:
-        """One account's models as the build sees them: its environment (schema, base URL)."""
-        account = self.account(name)
-        return AccountLoad(name, (), env=self.env_of(account), build=self.builds)
-
     @property
     def builds(self) -> bool:
         """The models need every stream group's tables: some account loads every group."""
         return any(set(a.groups) == set(GROUPS) for a in self.accounts.values())
 
-    def models(self) -> AccountLoad:
+    def models(self, dag_id: str) -> AccountLoad:
         """The one build of every account's models, after a DAG run's loads.
 
         A single account: its one raw schema and `<schema>_analytics` (Meltano's configuration,
         nothing set). Many: every raw schema matching `RAW_SCHEMAS` into one models schema,
         `MODELS_SCHEMA` (docs/transform.md, "Across accounts"); an account whose load failed
-        keeps its earlier raw rows, so its model rows.
+        keeps its earlier raw rows, so its model rows. Named after its DAG, so two DAGs' builds
+        on one worker keep their Meltano directories and dbt's target/ and logs/ apart.
         """
         if self.single:
-            return self.models_of(SINGLE_ACCOUNT)
-        env = {"GUESTDATA_RAW_SCHEMAS": RAW_SCHEMAS, "GUESTDATA_DBT_SCHEMA": MODELS_SCHEMA}
-        return AccountLoad(MODELS_NAME, (), env=env, build=self.builds)
+            account = self.account(SINGLE_ACCOUNT)
+            return AccountLoad(account.name, (), env=self.env_of(account), build=self.builds)
+        env = {
+            "GUESTDATA_RAW_SCHEMAS": RAW_SCHEMAS,
+            "GUESTDATA_DBT_SCHEMA": MODELS_SCHEMA,
+            "DBT_TARGET_PATH": f"target/{dag_id}",
+            "DBT_LOG_PATH": f"logs/{dag_id}",
+        }
+        return AccountLoad(dag_id, (), env=env, build=self.builds)
 
     def outside_models(self) -> list[str]:
         """The accounts whose raw schema the models' pattern does not match (a target_schema

@@ -385,15 +385,18 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
         assert build["pool"] == "default_pool", "no API calls: not in a queue's pool"
         assert build["queue"] == "worker_1", "the first queue's workers"
         assert build["execution_timeout"] == 3600
-        # Every account's raw schema by its default name into one models schema.
+        # Every account's raw schema by its default name into one models schema; dbt's files
+        # (and the Meltano directory, by the name) of the DAG's own.
         assert build["accounts"] == [
             {
-                "name": "accounts",
+                "name": dag_id,
                 "runs": [],
                 "key_variables": [],
                 "env": {
                     "GUESTDATA_RAW_SCHEMAS": "guestdata\\_%",
                     "GUESTDATA_DBT_SCHEMA": "guestdata_analytics",
+                    "DBT_TARGET_PATH": f"target/{dag_id}",
+                    "DBT_LOG_PATH": f"logs/{dag_id}",
                 },
                 "assets": [],
                 "build": True,  # harbour and quay load every group
