@@ -137,7 +137,7 @@ class AccountsPlan:
         nothing set). Many: every raw schema matching `RAW_SCHEMAS` into one models schema,
         `MODELS_SCHEMA` (docs/transform.md, "Across accounts"); an account whose load failed
         keeps its earlier raw rows, so its model rows. Named after its DAG, so two DAGs' builds
-        on one worker keep their Meltano directories and dbt's target/ and logs/ apart.
+        on one worker keep their Meltano directories and dbt's target/ apart.
         """
         if self.single:
             account = self.account(SINGLE_ACCOUNT)
@@ -145,8 +145,7 @@ class AccountsPlan:
         env = {
             "GUESTDATA_RAW_SCHEMAS": RAW_SCHEMAS,
             "GUESTDATA_DBT_SCHEMA": MODELS_SCHEMA,
-            "DBT_TARGET_PATH": f"target/{dag_id}",
-            "DBT_LOG_PATH": f"logs/{dag_id}",
+            "DBT_TARGET_PATH": f"target/{dag_id}",  # in the dbt project (its log: dbt's own)
         }
         return AccountLoad(dag_id, (), env=env, build=self.builds)
 

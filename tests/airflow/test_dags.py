@@ -396,7 +396,6 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
                     "GUESTDATA_RAW_SCHEMAS": "guestdata\\_%",
                     "GUESTDATA_DBT_SCHEMA": "guestdata_analytics",
                     "DBT_TARGET_PATH": f"target/{dag_id}",
-                    "DBT_LOG_PATH": f"logs/{dag_id}",
                 },
                 "assets": [],
                 "build": True,  # harbour and quay load every group
