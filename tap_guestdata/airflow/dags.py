@@ -5,10 +5,13 @@ The DAGs of an accounts plan (accounts.py); a single account is a plan of one:
 - `guestdata_meltano`: the daily load; accounts with a schedule of their own share a DAG per
   schedule (`guestdata_meltano_at_<schedule>`). Per worker queue, a `plan` task returns the
   queue's accounts in batches (never more than Airflow's `max_map_length`), and a task group is
-  mapped over them: `load` (`operators.GuestDataLoadOperator`), then, with many accounts,
-  `dbt_build` of each account's models. A backfill run reloads its data interval (reload.py).
+  mapped over them: `load` (`operators.GuestDataLoadOperator`). With many accounts the run ends
+  with one `dbt_build` of every account's models (`trigger_rule=all_done`: after every load,
+  whatever its end) and `all_loaded`, which fails the run if a load failed. A backfill run
+  reloads its data interval (reload.py).
 - `guestdata_meltano_weekly_refresh`: `meltano run --full-refresh` of the streams the catalog
-  marks `refreshed_weekly` (late changes, a guest's consent), every account.
+  marks `refreshed_weekly` (late changes, a guest's consent), every account; with many
+  accounts, then the one build.
 - `guestdata_transform` (a single account): `dbt build` of transform/, scheduled on the assets
   the loads publish: every daily group loaded, or the weekly refresh.
 
@@ -26,7 +29,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.sdk import DAG, AssetAll, CronDataIntervalTimetable, Param, TaskGroup, task, task_group
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import (
+    DAG,
+    AssetAll,
+    CronDataIntervalTimetable,
+    Param,
+    TaskGroup,
+    TriggerRule,
+    task,
+    task_group,
+)
 from airflow.sdk import conf as airflow_conf
 
 from tap_guestdata.airflow.accounts import (
@@ -46,7 +59,7 @@ from tap_guestdata.airflow.operators import (
     GuestDataModelsOperator,
     raw_asset,
 )
-from tap_guestdata.airflow.plan import SINGLE_ACCOUNT, AccountsPlan, schedule_key, single_account
+from tap_guestdata.airflow.plan import AccountsPlan, schedule_key, single_account
 from tap_guestdata.airflow.priority import DAILY_RUNS_FIRST
 from tap_guestdata.catalog import GROUPS
 
@@ -76,10 +89,9 @@ def meltano_arguments(config: PipelineConfig) -> dict[str, Any]:
 
 def queue_group(
     plan: AccountsPlan, queue: str, schedule: str | None, *, refresh: bool, timeout: timedelta
-) -> None:
-    """The queue's `plan` task and the task group mapped over the batches it returns. Each
-    batch's `load` loads its accounts one after the other; with many accounts, its `dbt_build`
-    then builds their models (the place a single build after every load would replace)."""
+) -> TaskGroup:
+    """The queue's `plan` task and the task group mapped over the batches it returns: each
+    batch's `load` loads its accounts one after the other."""
     config = plan.config
     env = (
         {"TAP_GUESTDATA_RATE_BUDGET_STORE": config.rate_budget_store}
@@ -89,7 +101,7 @@ def queue_group(
     if queue != DEFAULT_QUEUE:
         # spec 8: 600 a minute per address; a queue is served by the workers of one address.
         env["TAP_GUESTDATA_RATE_BUDGET_ADDRESS"] = queue
-    with TaskGroup(queue, tooltip=f"the accounts on queue {queue}"):
+    with TaskGroup(queue, tooltip=f"the accounts on queue {queue}") as group:
         # On the queue it plans for (no API call, so Airflow's default pool).
         @task(task_id="plan", **queue_argument(queue))
         def plan_batches(schedule: str | None, queue: str, refresh: bool) -> list[list[str]]:
@@ -99,7 +111,7 @@ def queue_group(
 
         @task_group(group_id="accounts")
         def batch(accounts: list[str]) -> None:
-            load = GuestDataLoadOperator(
+            GuestDataLoadOperator(
                 task_id="load",
                 accounts=accounts,
                 blocks=[EXTRACTOR, config.target, *config.after_load],
@@ -115,26 +127,44 @@ def queue_group(
                 **meltano_arguments(config),
                 **queue_argument(queue),
             )
-            if plan.single or not config.transform:
-                return
-            load >> GuestDataModelsOperator(
-                task_id="dbt_build",
-                accounts=accounts,
-                blocks=config.transform,
-                execution_timeout=config.transform_timeout,
-                outlets=[MODELS_ASSET],
-                map_index_template="{{ task.label }}",
-                doc_md=BUILD_DOC,
-                **meltano_arguments(config),
-                **queue_argument(queue),  # the account's workers have its project
-            )
 
         batch.expand(accounts=plan_batches(schedule, queue, refresh))
+    return group
+
+
+def models_build(plan: AccountsPlan, dag_id: str, queues: Sequence[TaskGroup]) -> None:
+    """The run's one `dbt_build`, of every account's models, after every queue's loads.
+
+    `all_done`: it runs once every load has ended, whatever the end; an account whose load
+    failed keeps its earlier raw rows, so its model rows, and holds back no other account's.
+    `all_loaded` (no work, never on a worker) fails the run when a load failed: the build is
+    no longer the DAG's only leaf, and Airflow sets a run's state from its leaves.
+    """
+    config = plan.config
+    build = GuestDataModelsOperator(
+        task_id="dbt_build",
+        accounts=[plan.models(dag_id)],
+        unmodelled=plan.outside_models(),
+        blocks=config.transform,
+        trigger_rule=TriggerRule.ALL_DONE,
+        execution_timeout=config.transform_timeout,
+        outlets=[MODELS_ASSET],
+        doc_md=BUILD_DOC,
+        **meltano_arguments(config),
+        # The first queue's workers (they have the project); no API call: Airflow's pool.
+        **queue_argument(config.queue or queues[0].group_id or DEFAULT_QUEUE),
+    )
+    loaded = EmptyOperator(
+        task_id="all_loaded", doc_md="Fails the run (upstream_failed) when a load failed."
+    )
+    for group in queues:
+        group >> [build, loaded]
 
 
 BUILD_DOC = (
-    "`dbt build` of transform/: staging, marts, and the reconciliation tests "
-    "(an error-severity failure fails the task; warnings are in its log)."
+    "`dbt build` of transform/, every account's models at once: staging, marts, and the "
+    "reconciliation tests, per account (an error-severity failure fails the task; warnings "
+    "and each failing test's accounts are in its log)."
 )
 
 
@@ -193,10 +223,13 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
     config = plan.config
     common = common_arguments(config, len(accounts.queues))
     dags: list[DAG] = []
+    # Many accounts: each DAG run ends with one build of every account's models. A single
+    # account keeps the transform DAG, scheduled on its groups' assets (a split account's
+    # groups load as tasks of their own, and the weekly refresh builds through it too).
+    builds = not plan.single and bool(config.transform) and plan.builds
 
     def register(dag_id: str, *, refresh: bool) -> None:
         RESOLVERS[f"{dag_id}:load"] = lambda name: plan.load_of(name, refresh=refresh)
-        RESOLVERS[f"{dag_id}:build"] = plan.models_of
 
     for schedule in dict.fromkeys(schedule_key(a.schedule) for a in accounts.accounts):
         own = None if schedule is None or schedule.lower() == "none" else schedule
@@ -210,8 +243,12 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
             params=reload_params(),
             **common,
         ) as daily:
-            for queue in plan.queues(schedule, refresh=False):
+            groups = [
                 queue_group(plan, queue, schedule, refresh=False, timeout=config.task_timeout)
+                for queue in plan.queues(schedule, refresh=False)
+            ]
+            if builds:
+                models_build(plan, dag_id, groups)
         register(dag_id, refresh=False)
         dags.append(daily)
     if plan.queues(None, refresh=True):
@@ -222,8 +259,12 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
             doc_md=__doc__,
             **common,
         ) as refresh:
-            for queue in plan.queues(None, refresh=True):
+            groups = [
                 queue_group(plan, queue, None, refresh=True, timeout=config.refresh_timeout)
+                for queue in plan.queues(None, refresh=True)
+            ]
+            if builds:
+                models_build(plan, REFRESH_DAG_ID, groups)
         register(REFRESH_DAG_ID, refresh=True)
         dags.append(refresh)
     if plan.single and config.transform:
@@ -237,7 +278,7 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
         ) as transform:
             GuestDataModelsOperator(
                 task_id="dbt_build",
-                accounts=[plan.models_of(SINGLE_ACCOUNT)],
+                accounts=[plan.models(TRANSFORM_DAG_ID)],
                 blocks=config.transform,
                 execution_timeout=config.transform_timeout,
                 outlets=[MODELS_ASSET],

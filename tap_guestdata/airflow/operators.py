@@ -270,11 +270,25 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
 
 
 class GuestDataModelsOperator(GuestDataAccountsOperator):
-    """`meltano run <transform blocks>` (dbt build) of each account whose models can be built."""
+    """`meltano run <transform blocks>` (dbt build) of each account whose models can be built.
+
+    The DAGs give it one: every account's models at once (`AccountsPlan.models`).
+    `unmodelled`: accounts loaded into a raw schema the models do not read, warned about.
+    """
 
     account_verb = "build"
 
+    def __init__(self, *, unmodelled: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.unmodelled = list(unmodelled)
+
     def run_account(self, account: AccountLoad, context: Any) -> str:
+        if self.unmodelled:
+            self.log.warning(
+                "not in the models (their raw schema is outside %s): %s",
+                account.env.get("GUESTDATA_RAW_SCHEMAS", "the pattern"),
+                ", ".join(self.unmodelled),
+            )
         if not account.build:
             self.log.info("%s: the models need every stream group", account.name)
             return "skipped"

@@ -7,6 +7,7 @@ A deployment without accounts is a plan of one (`single_account`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from tap_guestdata.airflow.accounts import (
@@ -23,6 +24,10 @@ from tap_guestdata.airflow.operators import AccountLoad, MeltanoRun
 from tap_guestdata.catalog import GROUPS, refreshed_weekly, streams_of_group
 
 SINGLE_ACCOUNT = "guestdata"  # the account of a deployment without an accounts setting
+# Many accounts: the one build reads every raw schema matching this LIKE pattern (the accounts'
+# default schemas, guestdata_<name>) into one models schema (staging: <schema>_staging).
+RAW_SCHEMAS = "guestdata\\_%"
+MODELS_SCHEMA = "guestdata_analytics"
 
 
 def streams_of(groups: Sequence[str]) -> tuple[str, ...]:
@@ -120,17 +125,48 @@ class AccountsPlan:
             assets=assets,
         )
 
-    def models_of(self, name: str) -> AccountLoad:
-        """The account's models (next to its raw schema: <schema>_analytics), with dbt's
-        target/ and logs/ of its own; not built without every group (the models need them)."""
-        account = self.account(name)
-        env = self.env_of(account)
-        if not self.single:
-            env |= {
-                "DBT_TARGET_PATH": f"target/accounts/{name}",
-                "DBT_LOG_PATH": f"logs/accounts/{name}",
-            }
-        return AccountLoad(name, (), env=env, build=set(account.groups) == set(GROUPS))
+    @property
+    def builds(self) -> bool:
+        """The models need every stream group's tables: some account loads every group."""
+        return any(set(a.groups) == set(GROUPS) for a in self.accounts.values())
+
+    def models(self, dag_id: str) -> AccountLoad:
+        """The one build of every account's models, after a DAG run's loads.
+
+        A single account: its one raw schema and `<schema>_analytics` (Meltano's configuration,
+        nothing set). Many: every raw schema matching `RAW_SCHEMAS` into one models schema,
+        `MODELS_SCHEMA` (docs/transform.md, "Across accounts"); an account whose load failed
+        keeps its earlier raw rows, so its model rows. Named after its DAG, so two DAGs' builds
+        on one worker keep their Meltano directories and dbt's target/ apart.
+        """
+        if self.single:
+            account = self.account(SINGLE_ACCOUNT)
+            return AccountLoad(account.name, (), env=self.env_of(account), build=self.builds)
+        env = {
+            "GUESTDATA_RAW_SCHEMAS": RAW_SCHEMAS,
+            "GUESTDATA_DBT_SCHEMA": MODELS_SCHEMA,
+            "DBT_TARGET_PATH": f"target/{dag_id}",  # in the dbt project (its log: dbt's own)
+        }
+        return AccountLoad(dag_id, (), env=env, build=self.builds)
+
+    def outside_models(self) -> list[str]:
+        """The accounts whose raw schema the models' pattern does not match (a target_schema
+        of their own): loaded, but in no model."""
+        return [
+            f"{name} ({account.schema})"
+            for name, account in self.accounts.items()
+            if not like(account.schema, RAW_SCHEMAS)
+        ]
+
+
+def like(value: str, pattern: str) -> bool:
+    """SQL `LIKE` (backslash escapes), case-insensitive as the models' catalog query on
+    Snowflake (PostgreSQL's schema names are lower case here)."""
+    regex = "".join(
+        ".*" if part == "%" else "." if part == "_" else re.escape(part[-1])
+        for part in re.findall(r"\\.|%|_|[^%_\\]", pattern)
+    )
+    return re.fullmatch(regex, value, flags=re.IGNORECASE) is not None
 
 
 def schedule_key(schedule: str | None) -> str | None:

@@ -47,8 +47,8 @@ def as_json(value: Any) -> Any:
 
 def mapped_accounts(dag: Any, details: bool = True) -> dict[str, dict[str, Any]]:
     """Each account the DAG's `plan` tasks return today, with its queue group, its batch (the
-    map index it is in) and (unless `details` is False) what its load and its models' build
-    resolve it to on the worker (`operators.AccountLoad`)."""
+    map index it is in) and (unless `details` is False) what its load resolves it to on the
+    worker (`operators.AccountLoad`)."""
     from tap_guestdata.airflow.operators import RESOLVERS
 
     accounts: dict[str, dict[str, Any]] = {}
@@ -59,8 +59,6 @@ def mapped_accounts(dag: Any, details: bool = True) -> dict[str, dict[str, Any]]
                 accounts[name] = {"group": group, "batch": index}
                 if details:
                     accounts[name]["load"] = as_json(RESOLVERS[f"{dag.dag_id}:load"](name))
-                    build = RESOLVERS[f"{dag.dag_id}:build"](name)
-                    accounts[name]["build"] = as_json(build)
     return accounts
 
 
@@ -114,6 +112,7 @@ def describe_dag(dag: Any, details: bool = True) -> dict[str, Any]:
                 else None,
                 "queue": task.queue,
                 "upstream": sorted(task.upstream_task_ids),
+                "trigger_rule": getattr(task.trigger_rule, "value", task.trigger_rule),
                 "map_index_template": task.map_index_template,
                 # The weight of a task of a scheduled run and of a backfill run.
                 "priority": {

@@ -7,8 +7,14 @@ alone), and one whose key is revoked. Each queue's plan returns its accounts in 
 more than 3), each batch one mapped task labelled with its accounts' names. Each account loads
 into its own schema with its own state ids and equals its own ground truth; the revoked one
 fails its batch's task, which names it, and the task's retry runs it alone: every other account
-is loaded once. Stream groups core and rewards (small accounts: all groups in one Meltano run,
-every key of the account).
+is loaded once. Stream groups: harbour every one (so the models have every raw table),
+saltmarsh and northgate core and rewards, the others core (small accounts: all groups in one
+Meltano run, every key of the account).
+
+Then the run's one `dbt build` (after every load, the revoked one's failure included) builds
+every account's models into one schema: each loaded account's `fct_venue_daily` equals its
+truth; the revoked account, never loaded, is not in them; saltmarsh, loaded outside the
+`guestdata_` schemas, is not either, and the build's log says so. The run fails (its load did).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from dag_testing import Airflow, AirflowFactory, demo_pipeline, state_ids
 from guestdata_sandbox.accounts import (
@@ -47,7 +54,15 @@ KEYS = {
     "dock": [OWNER_KEYS[4]],
     "meadow": [NO_REWARDS_PLAN_KEY],
 }
-CORE_ONLY = ("revoked", "meadow")
+# harbour loads every group: the models need each raw table in some account's schema. An
+# account with rewards but not members and offers would fail the models' relationship tests.
+GROUPS_OF = {
+    "harbour": ["core", "members", "rewards", "offers", "stats"],
+    "saltmarsh": ["core", "rewards"],
+    "northgate": ["core", "rewards"],
+}
+FULL = "harbour"
+MODELS_SCHEMA = "guestdata_analytics"  # the one build's (plan.MODELS_SCHEMA)
 GOOD = tuple(name for name in KEYS if name != "revoked")
 MAX_MAP_LENGTH = 3
 
@@ -55,7 +70,8 @@ MAX_MAP_LENGTH = 3
 def accounts_document(base_url: str) -> dict[str, Any]:
     def entry(name: str, **extra: Any) -> dict[str, Any]:
         keys = [f"guestdata_{name}_key_{n}" for n in range(1, len(KEYS[name]) + 1)]
-        return {"name": name, "keys": keys, "groups": list(STREAMS), **extra}
+        groups = GROUPS_OF.get(name, ["core"])
+        return {"name": name, "keys": keys, "groups": groups, **extra}
 
     return {
         "queues": ["worker_1", "worker_2"],
@@ -63,17 +79,18 @@ def accounts_document(base_url: str) -> dict[str, Any]:
             entry("harbour", base_url=base_url, size="small"),
             entry("saltmarsh", target_schema="raw_saltmarsh"),
             entry("northgate"),
-            entry("revoked", groups=["core"]),
+            entry("revoked"),
             entry("quay"),
             entry("pier"),
             entry("dock"),
-            entry("meadow", groups=["core"]),
+            entry("meadow"),
         ],
     }
 
 
 def groups_of(name: str) -> list[str]:
-    return ["core"] if name in CORE_ONLY else list(STREAMS)
+    """The groups checked against the truth (harbour's others: through the models)."""
+    return [group for group in GROUPS_OF.get(name, ["core"]) if group in STREAMS]
 
 
 def key_variables() -> dict[str, str]:
@@ -133,15 +150,18 @@ def test_accounts_load_in_batches_and_a_revoked_key_fails_only_its_account(
     for batch in batches:
         label = run["labels"][f"{', '.join(batch)}.load"]
         assert batch == failed_batch or label == ", ".join(batch), run["labels"]
-    # The failed batch's task, and only it, fails; no models (two groups only).
+    # The failed batch's task, and only it, fails; the one build still runs after every load,
+    # and all_loaded fails the run.
     assert run["accounts"] == {
-        name: {"load": "failed", "dbt_build": "upstream_failed"}
-        if name in failed_batch
-        else {"load": "success", "dbt_build": "skipped"}
-        for name in KEYS
+        name: {"load": "failed" if name in failed_batch else "success"} for name in KEYS
     }, run
-    assert set(run["tasks"]) == {"worker_1.plan", "worker_2.plan"}, run
-    assert set(run["tasks"].values()) == {"success"}, run
+    assert run["tasks"] == {
+        "worker_1.plan": "success",
+        "worker_2.plan": "success",
+        "dbt_build": "success",
+        "all_loaded": "upstream_failed",
+    }, run
+    assert run["assets_published"].count("guestdata_models") == 1, run
     # The task names the failed account; its retry ran it alone (the others: done).
     output = airflow.output()
     assert (
@@ -184,7 +204,8 @@ def test_accounts_load_in_batches_and_a_revoked_key_fails_only_its_account(
         allowed = {
             s for group in groups_of(name) for s in (*STREAMS[group], *BOOKKEEPING.get(group, ()))
         }
-        assert loaded <= allowed, loaded
+        assert loaded <= allowed or name == FULL, loaded
+        assert name != FULL or {"members", "offers", "daily_stats"} <= loaded, loaded
     # Rewards off: the streams are skipped (empty tables, as its truth has none), its core loads.
     with psycopg.connect(database_url) as connection:
         for schema, rewards in (("guestdata_northgate", 0), ("guestdata_harbour", None)):
@@ -197,4 +218,26 @@ def test_accounts_load_in_batches_and_a_revoked_key_fails_only_its_account(
         keys_used.setdefault(request["key"], set()).add(request["path"])
     assert set(keys_used) == {key for keys in KEYS.values() for key in keys}
     assert OWNER_KEYS[1] not in airflow.output()
+    check_models(database_url, sandbox, output)
     print(f"\ndag.test() of eight accounts in {len(batches)} batches: {run['seconds']:.1f} s")
+
+
+def check_models(database_url: str, sandbox: SandboxProcess, output: str) -> None:
+    """The one build: every loaded account of the pattern in one models schema, as its truth;
+    the revoked account (its load failed, nothing earlier) and saltmarsh (outside) absent."""
+    with psycopg.connect(database_url) as connection:
+        query = sql.SQL("SELECT account_name, venue_id, date::text, visits FROM {}").format(
+            sql.Identifier(MODELS_SCHEMA, "fct_venue_daily")
+        )
+        built: dict[str | None, dict[tuple[str, str], int]] = {}
+        for account, venue, day, visits in connection.execute(query):
+            built.setdefault(account, {})[(venue, day)] = visits
+    modelled = [name for name in GOOD if schema_of(name).startswith("guestdata_")]
+    assert sorted(built, key=str) == sorted(modelled), "every loaded account, the others not"
+    for name in modelled:
+        truth = sandbox.truth(KEYS[name][0])
+        expected = {(row["venue_id"], row["date"]): row["visits"] for row in truth["daily_stats"]}
+        assert built[name] == expected, name
+    # The models' schemas match the pattern too: the build did not read them as raw.
+    assert "not in the models (their raw schema is outside guestdata\\_%): saltmarsh" in output
+    assert "dbt build" in output or "dbt-postgres" in output

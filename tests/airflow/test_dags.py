@@ -356,21 +356,54 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
     assert list(daily["accounts"]) == ["harbour", "quay", "saltmarsh"]
     assert list(result["dags"][REFRESH]["accounts"]) == ["harbour", "quay", "saltmarsh"]
     assert daily["max_active_tasks"] == 10, "two queues' pools all busy at once"
-    # A fixed shape whatever the number of accounts: per queue, a plan and a mapped group.
+    # A fixed shape whatever the number of accounts: per queue, a plan and a mapped group;
+    # then one build of every account's models, after every queue's loads.
+    loads = ["worker_1.accounts.load", "worker_2.accounts.load"]
     for dag_id in (DAILY, REFRESH):
         shape = {
-            task_id: (task["mapped"], task["upstream"])
+            task_id: (task["mapped"], task["upstream"], task["trigger_rule"])
             for task_id, task in tasks(result, dag_id).items()
         }
         assert shape == {
-            f"{queue}.{name}": expected
-            for queue in ("worker_1", "worker_2")
-            for name, expected in {
-                "plan": (False, []),
-                "accounts.load": (True, [f"{queue}.plan"]),
-                "accounts.dbt_build": (True, [f"{queue}.accounts.load", f"{queue}.plan"]),
-            }.items()
+            **{
+                f"{queue}.{name}": expected
+                for queue in ("worker_1", "worker_2")
+                for name, expected in {
+                    "plan": (False, [], "all_success"),
+                    "accounts.load": (True, [f"{queue}.plan"], "all_success"),
+                }.items()
+            },
+            # Whatever the loads' ends (a failed account keeps its earlier rows).
+            "dbt_build": (False, loads, "all_done"),
+            # Fails the run when a load failed (a run's state is its leaves').
+            "all_loaded": (False, loads, "all_success"),
         }, dag_id
+        build = tasks(result, dag_id)["dbt_build"]
+        assert build["operator"] == "tap_guestdata.airflow.operators.GuestDataModelsOperator"
+        assert build["blocks"] == ["dbt-postgres:build"]
+        assert build["outlets"] == ["guestdata_models"]
+        assert build["pool"] == "default_pool", "no API calls: not in a queue's pool"
+        assert build["queue"] == "worker_1", "the first queue's workers"
+        assert build["execution_timeout"] == 3600
+        # Every account's raw schema by its default name into one models schema; dbt's files
+        # (and the Meltano directory, by the name) of the DAG's own.
+        assert build["accounts"] == [
+            {
+                "name": dag_id,
+                "runs": [],
+                "key_variables": [],
+                "env": {
+                    "GUESTDATA_RAW_SCHEMAS": "guestdata\\_%",
+                    "GUESTDATA_DBT_SCHEMA": "guestdata_analytics",
+                    "DBT_TARGET_PATH": f"target/{dag_id}",
+                },
+                "assets": [],
+                "build": True,  # harbour and quay load every group
+            }
+        ]
+    # northgate's own DAG loads rewards alone; its run still builds every account's models
+    # (they read every raw schema, harbour's complete ones among them).
+    assert "dbt_build" in tasks(result, f"{DAILY}_at_0_2_x_x_x")
     queue_of_account: dict[str, str] = {}
     for dag_id, dag in result["dags"].items():
         for name, planned in dag["accounts"].items():
@@ -409,17 +442,6 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
             else:
                 streams = [s for g in groups for s in STREAMS[g]]
                 assert work["runs"] == [{"streams": streams, "state_id_suffix": name}]
-            build = planned["build"]
-            assert build["build"] == (set(groups) == set(GROUPS)), "the models need every group"
-            assert build["env"] == {
-                "TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA": schema,
-                **base_url,
-                "DBT_TARGET_PATH": f"target/accounts/{name}",
-                "DBT_LOG_PATH": f"logs/accounts/{name}",
-            }
-            models = dag["tasks"][f"{queue}.accounts.dbt_build"]
-            assert models["blocks"] == ["dbt-postgres:build"]
-            assert models["outlets"] == ["guestdata_models"]
     assert set(queue_of_account.values()) == {"worker_1", "worker_2"}
 
 
@@ -435,7 +457,8 @@ def test_ten_thousand_accounts_in_one_queue_parse_into_a_few_tasks_and_few_batch
         assert list(dag["tasks"]) == [
             "worker_1.plan",
             "worker_1.accounts.load",
-            "worker_1.accounts.dbt_build",
+            "dbt_build",
+            "all_loaded",
         ], dag_id
     own = many["dags"][f"{DAILY}_at_0_2_x_x_x"]["accounts"]
     daily = many["dags"][DAILY]["accounts"]
