@@ -73,3 +73,15 @@ select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is
 {% macro greatest_of(a, b) -%}
   greatest(coalesce({{ a }}, {{ b }}), coalesce({{ b }}, {{ a }}))
 {%- endmacro %}
+
+{#- For an incremental mart: the accounts it has no row of yet, or whose account_id or name
+    changed (all their keys are computed again). -#}
+{% macro accounts_new_or_renamed() -%}
+    select accounts.source_relation
+    from {{ ref('stg_guestdata__account') }} as accounts
+    left join (select distinct source_relation, account_id, account_name from {{ this }}) as built
+        on built.source_relation = accounts.source_relation
+    where built.source_relation is null
+        or built.account_id is distinct from accounts.account_id
+        or built.account_name is distinct from accounts.account_name
+{%- endmacro %}

@@ -49,13 +49,7 @@ built_as_of as (
 
 -- Accounts new or renamed, venues new or renamed: all their days.
 whole_accounts as (
-    select accounts.source_relation
-    from {{ ref('stg_guestdata__account') }} as accounts
-    left join (select distinct source_relation, account_id, account_name from {{ this }}) as built
-        on built.source_relation = accounts.source_relation
-    where built.source_relation is null
-        or built.account_id is distinct from accounts.account_id
-        or built.account_name is distinct from accounts.account_name
+    {{ accounts_new_or_renamed() }}
 ),
 
 whole_venues as (

@@ -29,13 +29,7 @@ whole_accounts as (
     cross join since
     where deleted._sdc_deleted_at >= since.since
     union
-    select accounts.source_relation
-    from {{ ref('stg_guestdata__account') }} as accounts
-    left join (select distinct source_relation, account_id, account_name from {{ this }}) as built
-        on built.source_relation = accounts.source_relation
-    where built.source_relation is null
-        or built.account_id is distinct from accounts.account_id
-        or built.account_name is distinct from accounts.account_name
+    {{ accounts_new_or_renamed() }}
 ),
 
 affected as (
