@@ -141,7 +141,12 @@ def query(conninfo: str, statement: str, *params: Any) -> list[tuple]:
 
 
 # When the rows behind a mart row were read: two loads of the same data differ only in these.
-READ_TIMES = {"api_stats_read_at", "guests_read_started_at", "guests_read_completed_at"}
+READ_TIMES = {
+    "api_stats_read_at",
+    "guests_read_started_at",
+    "guests_read_completed_at",
+    "loaded_at",
+}
 
 
 def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:

@@ -41,6 +41,7 @@ INCREMENTAL_STAGING = (
     "stg_guestdata__rewards",
     "stg_guestdata__redemptions",
 )
+INCREMENTAL_MARTS = ("fct_venue_daily", "marketing_audience")
 LONDON = ZoneInfo("Europe/London")
 
 
@@ -80,9 +81,9 @@ def compare(loaded: MeltanoProject, full_refresh: Dbt, conninfo: str) -> Iterato
     yield equal_to_a_full_refresh
 
 
-def relation_id(conninfo: str, model: str) -> int:
+def relation_id(conninfo: str, model: str, schema: str = f"{MODELS_SCHEMA}_staging") -> int:
     """The table's oid: an incremental build keeps it, a rebuild makes a new one."""
-    ((oid,),) = query(conninfo, f"SELECT '{MODELS_SCHEMA}_staging.{model}'::regclass::oid")
+    ((oid,),) = query(conninfo, f"SELECT '{schema}.{model}'::regclass::oid")
     return int(oid)
 
 
@@ -123,12 +124,14 @@ def test_2_new_arrivals_members_ledger_rewards_and_redemptions(
 ) -> None:
     truth = sandbox.truth(OWNER_KEYS[0])
     kept = relation_id(conninfo, "stg_guestdata__guests")
+    kept_marts = [relation_id(conninfo, mart, MODELS_SCHEMA) for mart in INCREMENTAL_MARTS]
     sandbox.mutate("add_guests", count=5)
     sandbox.mutate("add_ledger_lines", member_id=truth["members"][0]["id"], count=2)
     sandbox.mutate("add_rewards", count=2)
     sandbox.mutate("add_redemptions", count=1)
     loaded.run(*RUN_ALL)
     assert relation_id(conninfo, "stg_guestdata__guests") == kept, "built incrementally"
+    assert [relation_id(conninfo, mart, MODELS_SCHEMA) for mart in INCREMENTAL_MARTS] == kept_marts
     compare()
 
 

@@ -49,3 +49,39 @@ where ({{ keys }}) in (select distinct {{ keys }} from {{ arg_dict['temp_relatio
 insert into {{ arg_dict['target_relation'] }} ({{ columns }})
 select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is_tombstone
 {% endmacro %}
+
+{#- A mart built incrementally (fct_venue_daily, marketing_audience): the model computes the keys
+    touched since its last build (mart_since) and emits each of them, a key no longer in the full
+    build as a tombstone; guestdata_upsert replaces exactly those keys. -#}
+{% macro incremental_mart_config(key) %}
+  {{ config(
+      materialized='incremental',
+      incremental_strategy='guestdata_upsert',
+      unique_key=key,
+      on_schema_change='ignore',
+      tmp_relation_type='transient',
+  ) }}
+{% endmacro %}
+
+{#- The mart's watermark: the newest loader time its rows were computed from, less the lookback. -#}
+{% macro mart_since() -%}
+  (select coalesce({{ dbt.dateadd('hour', -1 * var('guestdata_incremental_lookback_hours', env_var('GUESTDATA_INCREMENTAL_LOOKBACK_HOURS', '6')) | int, 'max(loaded_at)') }}, cast('1900-01-01' as {{ dbt.type_timestamp() }})) from {{ this }})
+{%- endmacro %}
+
+{#- The larger of two values, either of which may be null (Snowflake's greatest returns null when
+    any argument is). -#}
+{% macro greatest_of(a, b) -%}
+  greatest(coalesce({{ a }}, {{ b }}), coalesce({{ b }}, {{ a }}))
+{%- endmacro %}
+
+{#- For an incremental mart: the accounts it has no row of yet, or whose account_id or name
+    changed (all their keys are computed again). -#}
+{% macro accounts_new_or_renamed() -%}
+    select accounts.source_relation
+    from {{ ref('stg_guestdata__account') }} as accounts
+    left join (select distinct source_relation, account_id, account_name from {{ this }}) as built
+        on built.source_relation = accounts.source_relation
+    where built.source_relation is null
+        or built.account_id is distinct from accounts.account_id
+        or built.account_name is distinct from accounts.account_name
+{%- endmacro %}

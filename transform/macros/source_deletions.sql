@@ -29,7 +29,7 @@
   {% endif %}
   {{ return(
     "select reads.venue_id, reads.read_version, reads.read_started_at, reads.covers_from,"
-    ~ " reads.covers_until, reads.completed_at"
+    ~ " reads.covers_until, reads.completed_at, max(reads._sdc_batched_at) as loaded_at"
     ~ " from " ~ windows ~ " as reads"
     ~ " left join " ~ raw ~ " as held"
     ~ " on held.venue_id = reads.venue_id"
@@ -113,7 +113,8 @@ select
     cast(null as date) as covered_from_day,
     cast(null as date) as covered_until_day,
     cast(null as {{ dbt.type_timestamp() }}) as read_started_at,
-    cast(null as {{ dbt.type_timestamp() }}) as completed_at
+    cast(null as {{ dbt.type_timestamp() }}) as completed_at,
+    cast(null as {{ dbt.type_timestamp() }}) as loaded_at
 where 1 = 0
   {%- else -%}
   {%- for schema, trusted in reads %}
@@ -124,7 +125,8 @@ select
     {{ london_date('covers_from') }} as covered_from_day,
     {{ london_date('covers_until') }} as covered_until_day,
     read_started_at,
-    completed_at
+    completed_at,
+    loaded_at
 from ({{ trusted }}) as trusted
   {%- endfor -%}
   {%- endif -%}

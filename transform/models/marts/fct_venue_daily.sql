@@ -1,6 +1,10 @@
+{{ incremental_mart_config(['source_relation', 'venue_id', 'date']) }}
+{%- set incremental = is_incremental() %}
 -- One row per venue and London day over the whole guest history, counted from guest rows by
 -- the rules of spec 2.4, with the API's own daily_stats beside them where that day was loaded.
-with guests as (
+-- Incremental (docs/transform.md "What is incremental"): a build recomputes only the venue-days
+-- something changed since the last one (affected_days), and replaces exactly those.
+with all_guests as (
     select * from {{ ref('stg_guestdata__guests') }}
 ),
 
@@ -11,12 +15,173 @@ venues as (
 -- An account's guest history is complete up to the London day of its latest read.
 as_of as (
     select source_relation, max({{ london_date('read_at') }}) as as_of_date
-    from guests
+    from all_guests
     group by source_relation
 ),
 
 day_numbers as (
     {{ dbt.generate_series(var('guestdata_max_history_days')) }}
+),
+
+api as (
+    select * from {{ ref('stg_guestdata__daily_stats') }}
+),
+
+-- Complete reads of a venue's guests that covered the whole day (read_windows): the day's guest
+-- rows are the API's as of some moment between the newest one's start and finish
+-- (macros/source_deletions.sql).
+guest_reads as (
+    {{ guest_reads_sql() }}
+),
+{% if incremental %}
+since as (
+    select {{ mart_since() }} as since
+),
+
+-- The day before which an account's days were complete at the last build: from it on, days
+-- become complete or enter the spine.
+built_as_of as (
+    select source_relation, min(date) as as_of_date
+    from {{ this }}
+    where not is_complete_day
+    group by source_relation
+),
+
+-- Accounts new or renamed, venues new or renamed: all their days.
+whole_accounts as (
+    {{ accounts_new_or_renamed() }}
+),
+
+whole_venues as (
+    select venues.source_relation, venues.venue_id
+    from venues
+    left join (select distinct source_relation, venue_id, venue_name from {{ this }}) as built
+        on built.source_relation = venues.source_relation and built.venue_id = venues.venue_id
+    where built.source_relation is null
+        or built.venue_name is distinct from venues.venue_name
+        or venues.source_relation in (select source_relation from whole_accounts)
+),
+
+-- Guest days changed since the last build: arrivals written, flagged deleted (their raw rows
+-- keep venue and time), erased on request (erasure updates staging in place).
+touched_guest_days as (
+    select all_guests.source_relation, all_guests.venue_id, all_guests.visited_on as date
+    from all_guests
+    cross join since
+    where all_guests.loaded_at >= since.since or all_guests.is_erased
+    union
+    select deleted.source_relation, cast(deleted.venue_id as {{ dbt.type_bigint() }}),
+        {{ london_date('deleted.visited_at') }}
+    from ({{ union_raw('guests') }}) as deleted
+    cross join since
+    where deleted._sdc_deleted_at >= since.since
+),
+
+-- Every day of a trusted read that is new or covers a changed guest day (a read becomes
+-- trusted once its rows are held).
+touched_reads as (
+    select distinct guest_reads.source_relation, guest_reads.venue_id,
+        guest_reads.covered_from_day, guest_reads.covered_until_day
+    from guest_reads
+    cross join since
+    left join touched_guest_days as touched
+        on touched.source_relation = guest_reads.source_relation
+        and touched.venue_id = guest_reads.venue_id
+        and touched.date >= guest_reads.covered_from_day
+        and touched.date < guest_reads.covered_until_day
+    where guest_reads.loaded_at >= since.since or touched.source_relation is not null
+),
+
+affected_days as (
+    select source_relation, venue_id, date from touched_guest_days
+    union
+    select api.source_relation, api.venue_id, api.stats_date
+    from api
+    cross join since
+    where api.loaded_at >= since.since
+    union
+    select touched_reads.source_relation, touched_reads.venue_id,
+        cast({{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'touched_reads.covered_from_day') }} as date)
+    from touched_reads
+    cross join day_numbers
+    where {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'touched_reads.covered_from_day') }} < touched_reads.covered_until_day
+    union
+    -- the days built, from each account's last incomplete day, or of a whole venue or account
+    select built.source_relation, built.venue_id, built.date
+    from {{ this }} as built
+    left join built_as_of
+        on built_as_of.source_relation = built.source_relation
+    left join whole_venues
+        on whole_venues.source_relation = built.source_relation
+        and whole_venues.venue_id = built.venue_id
+    where built.date >= built_as_of.as_of_date
+        or whole_venues.venue_id is not null
+        or built.source_relation in (select source_relation from whole_accounts)
+    union
+    -- the venue days to be, the same way
+    select venues.source_relation, venues.venue_id,
+        cast({{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} as date)
+    from venues
+    cross join day_numbers
+    inner join as_of on as_of.source_relation = venues.source_relation
+    left join built_as_of on built_as_of.source_relation = venues.source_relation
+    left join whole_venues
+        on whole_venues.source_relation = venues.source_relation
+        and whole_venues.venue_id = venues.venue_id
+    where {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} <= as_of.as_of_date
+        and (whole_venues.venue_id is not null
+            or built_as_of.as_of_date is null
+            or {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} >= built_as_of.as_of_date)
+    union
+    select all_guests.source_relation, all_guests.venue_id, all_guests.visited_on
+    from all_guests
+    left join built_as_of on built_as_of.source_relation = all_guests.source_relation
+    left join whole_venues
+        on whole_venues.source_relation = all_guests.source_relation
+        and whole_venues.venue_id = all_guests.venue_id
+    where whole_venues.venue_id is not null
+        or built_as_of.as_of_date is null
+        or all_guests.visited_on >= built_as_of.as_of_date
+),
+
+guests as (
+    select all_guests.*
+    from all_guests
+    inner join affected_days
+        on affected_days.source_relation = all_guests.source_relation
+        and affected_days.venue_id = all_guests.venue_id
+        and affected_days.date = all_guests.visited_on
+),
+
+-- The affected days, each with whether it is a row of the full build (a venue day or a day
+-- with arrivals); the others are removed (tombstones).
+guest_days as (
+    select distinct source_relation, venue_id, visited_on as date from guests
+),
+
+spine as (
+    select
+        affected_days.source_relation,
+        affected_days.venue_id,
+        affected_days.date,
+        (lifetime.venue_id is not null or guest_days.venue_id is not null) as is_row
+    from affected_days
+    left join as_of
+        on as_of.source_relation = affected_days.source_relation
+    left join venues as lifetime
+        on lifetime.source_relation = affected_days.source_relation
+        and lifetime.venue_id = affected_days.venue_id
+        and affected_days.date >= lifetime.created_on
+        and affected_days.date <= as_of.as_of_date
+        and affected_days.date < {{ dbt.dateadd('day', var('guestdata_max_history_days'), 'lifetime.created_on') }}
+    left join guest_days
+        on guest_days.source_relation = affected_days.source_relation
+        and guest_days.venue_id = affected_days.venue_id
+        and guest_days.date = affected_days.date
+),
+{% else %}
+guests as (
+    select * from all_guests
 ),
 
 venue_days as (
@@ -36,6 +201,7 @@ spine as (
     union
     select source_relation, venue_id, visited_on as date from guests
 ),
+{% endif %}
 
 from_guests as (
     select
@@ -47,20 +213,10 @@ from_guests as (
         sum(case when has_marketing_consent then 1 else 0 end) as marketing_opt_ins,
         sum(case when is_return_visit then 1 else 0 end) as return_visits,
         -- arrivals of people erased on request: counted as visits, no longer as people
-        sum(case when is_erased then 1 else 0 end) as erased_visits
+        sum(case when is_erased then 1 else 0 end) as erased_visits,
+        max(loaded_at) as loaded_at
     from guests
     group by source_relation, venue_id, visited_on
-),
-
-api as (
-    select * from {{ ref('stg_guestdata__daily_stats') }}
-),
-
--- Complete reads of a venue's guests that covered the whole day (read_windows): the day's guest
--- rows are the API's as of some moment between the newest one's start and finish
--- (macros/source_deletions.sql).
-guest_reads as (
-    {{ guest_reads_sql() }}
 ),
 
 guests_read as (
@@ -80,6 +236,7 @@ guests_read as (
 )
 
 select
+    {{- ' not spine.is_row as guestdata_is_tombstone,' if incremental }}
     spine.source_relation,
     accounts.account_id,
     accounts.account_name,
@@ -99,9 +256,11 @@ select
     coalesce(api.is_final, false) as api_stats_final,
     api.read_at as api_stats_read_at,
     guests_read.guests_read_started_at,
-    guests_read.guests_read_completed_at
+    guests_read.guests_read_completed_at,
+    -- the newest loader time of the rows this day was counted from: the incremental watermark
+    {{ greatest_of('from_guests.loaded_at', 'api.loaded_at') }} as loaded_at
 from spine
-inner join as_of
+{{ 'left' if incremental else 'inner' }} join as_of
     on as_of.source_relation = spine.source_relation
 left join {{ ref('stg_guestdata__account') }} as accounts
     on accounts.source_relation = spine.source_relation

@@ -1,9 +1,63 @@
+-- depends_on: {{ ref('stg_guestdata__account') }}
+{{ incremental_mart_config(['source_relation', 'contact_key']) }}
+{%- set incremental = is_incremental() %}
 -- One row per person who may be sent marketing now: consent as last read (spec 2.3: the
 -- person's answer now, on every arrival row), never an old visit's flag, never a masked
 -- contact, never the contact of an anonymised member or of a person erased on request.
-with guests as (
+-- Incremental (docs/transform.md "What is incremental"): only the contacts with a guest row
+-- written since the last build, every contact of an account with a deletion or a new name, and
+-- every anonymised member's contact are computed again, and replace their rows.
+with all_guests as (
     select * from {{ ref('stg_guestdata__guests') }}
-    where contact_key is not null and not is_contact_masked and not is_erased
+),
+
+erased as (
+    select source_relation, contact_key from {{ ref('stg_guestdata__members') }}
+    where member_status = 'anonymised' and contact_key is not null
+    union
+    select source_relation, nullif(trim(phone), '') from {{ ref('stg_guestdata__members') }}
+    where member_status = 'anonymised' and nullif(trim(phone), '') is not null
+),
+{% if incremental %}
+since as (
+    select {{ mart_since() }} as since
+),
+
+whole_accounts as (
+    select deleted.source_relation
+    from ({{ union_raw('guests') }}) as deleted
+    cross join since
+    where deleted._sdc_deleted_at >= since.since
+    union
+    {{ accounts_new_or_renamed() }}
+),
+
+affected as (
+    select all_guests.source_relation, all_guests.contact_key
+    from all_guests
+    cross join since
+    where all_guests.contact_key is not null and all_guests.loaded_at >= since.since
+    union
+    select source_relation, contact_key from erased
+    union
+    select source_relation, contact_key from {{ this }}
+    where source_relation in (select source_relation from whole_accounts)
+    union
+    select source_relation, contact_key from all_guests
+    where contact_key is not null
+        and source_relation in (select source_relation from whole_accounts)
+),
+{% endif %}
+guests as (
+    select all_guests.* from all_guests
+    {%- if incremental %}
+    inner join affected
+        on affected.source_relation = all_guests.source_relation
+        and affected.contact_key = all_guests.contact_key
+    {%- endif %}
+    where all_guests.contact_key is not null
+        and not all_guests.is_contact_masked
+        and not all_guests.is_erased
 ),
 
 latest_read as (
@@ -24,6 +78,7 @@ visits as (
         min(visited_at) as first_visit_at,
         max(visited_at) as last_visit_at,
         count(distinct venue_id) as venue_count,
+        max(loaded_at) as loaded_at,
         {{ array_agg_distinct_sorted('venue_id') }} as venue_ids
     from guests
     group by source_relation, contact_key
@@ -40,14 +95,7 @@ last_visit as (
     from guests
 ),
 
-erased as (
-    select source_relation, contact_key from {{ ref('stg_guestdata__members') }}
-    where member_status = 'anonymised' and contact_key is not null
-    union
-    select source_relation, nullif(trim(phone), '') from {{ ref('stg_guestdata__members') }}
-    where member_status = 'anonymised' and nullif(trim(phone), '') is not null
-)
-
+audience as (
 select
     latest_read.source_relation,
     latest_read.account_id,
@@ -63,7 +111,9 @@ select
     visits.last_visit_at,
     last_visit.venue_id as last_visit_venue_id,
     visits.venue_count,
-    visits.venue_ids
+    visits.venue_ids,
+    -- the newest loader time of the contact's rows: the incremental watermark
+    visits.loaded_at
 from latest_read
 inner join visits
     on visits.source_relation = latest_read.source_relation
@@ -78,3 +128,19 @@ left join erased
 where latest_read.newest_first = 1
     and latest_read.has_marketing_consent
     and erased.contact_key is null
+)
+{% if incremental %}
+select audience.*, false as guestdata_is_tombstone from audience
+union all
+-- an affected contact no longer in the audience: its row is removed
+select
+    affected.source_relation, null, null, affected.contact_key, null, null, null, null, null,
+    null, null, null, null, null, null, null, true
+from affected
+left join audience
+    on audience.source_relation = affected.source_relation
+    and audience.contact_key = affected.contact_key
+where audience.contact_key is null
+{% else %}
+select * from audience
+{% endif %}
