@@ -204,6 +204,11 @@ def test_each_reconciliation_fails_on_its_broken_data_and_passes_once_restored(
     assert set(others.values()) == {"pass"}, "only the reconciliations notice"
     # Each says what to do.
     assert "RECONCILIATION FAIL reconcile_member_balance_with_ledger (1 rows)" in broken.output
+    # ... and for which account: one build holds them all (the raw schema names this one).
+    account_line = (
+        f"reconcile_member_balance_with_ledger account {RAW_SCHEMA} ({RAW_SCHEMA}): 1 rows"
+    )
+    assert f"RECONCILIATION FAIL {account_line}" in broken.output
     assert "--full-refresh tap-guestdata--members" in broken.output
     assert "RECONCILIATION WARN reconcile_venue_daily_opt_ins_with_api_stats" in broken.output
     assert broken.output.count("--full-refresh tap-guestdata--refresh") >= 2
