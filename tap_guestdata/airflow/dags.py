@@ -228,7 +228,17 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
     # groups load as tasks of their own, and the weekly refresh builds through it too).
     builds = not plan.single and bool(config.transform) and plan.builds
 
-    def register(dag_id: str, *, refresh: bool) -> None:
+    def loads_then_build(
+        dag_id: str, schedule: str | None, *, refresh: bool, timeout: timedelta
+    ) -> None:
+        """In the DAG being built: every queue's loads, then (many accounts) the one build; the
+        DAG's accounts registered for its mapped tasks."""
+        groups = [
+            queue_group(plan, queue, schedule, refresh=refresh, timeout=timeout)
+            for queue in plan.queues(schedule, refresh=refresh)
+        ]
+        if builds:
+            models_build(plan, dag_id, groups)
         RESOLVERS[f"{dag_id}:load"] = lambda name: plan.load_of(name, refresh=refresh)
 
     for schedule in dict.fromkeys(schedule_key(a.schedule) for a in accounts.accounts):
@@ -243,13 +253,7 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
             params=reload_params(),
             **common,
         ) as daily:
-            groups = [
-                queue_group(plan, queue, schedule, refresh=False, timeout=config.task_timeout)
-                for queue in plan.queues(schedule, refresh=False)
-            ]
-            if builds:
-                models_build(plan, dag_id, groups)
-        register(dag_id, refresh=False)
+            loads_then_build(dag_id, schedule, refresh=False, timeout=config.task_timeout)
         dags.append(daily)
     if plan.queues(None, refresh=True):
         with DAG(
@@ -259,13 +263,7 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
             doc_md=__doc__,
             **common,
         ) as refresh:
-            groups = [
-                queue_group(plan, queue, None, refresh=True, timeout=config.refresh_timeout)
-                for queue in plan.queues(None, refresh=True)
-            ]
-            if builds:
-                models_build(plan, REFRESH_DAG_ID, groups)
-        register(REFRESH_DAG_ID, refresh=True)
+            loads_then_build(REFRESH_DAG_ID, None, refresh=True, timeout=config.refresh_timeout)
         dags.append(refresh)
     if plan.single and config.transform:
         with DAG(
