@@ -1,9 +1,12 @@
-"""Rebuild the generated part of docs/configuration.md from `tap-guestdata --about --format=json`.
+"""Rebuild the generated parts of the docs from the code, so they cannot drift from it.
 
-The page is hand-written down to its marker; below it, the settings table, the capabilities and
-the supported Python versions are the tap's own description of itself, so the docs cannot drift
-from the code. `--check` exits 1 if the page is not what this script would write
-(tests/test_readme.py runs it).
+- docs/configuration.md is hand-written down to its marker; below it, the settings table, the
+  capabilities and the supported Python versions are `tap-guestdata --about --format=json`.
+- docs/tap.md's "Stream groups" table, between its begin and end markers, is the catalog of
+  streams (tap_guestdata/catalog.py): each stream's group, window, weekly refresh and personal
+  fields, the facts the DAGs, the reloads and the dbt project read from the same place.
+
+`--check` exits 1 if a page is not what this script would write (tests/test_readme.py runs it).
 
     .venv/bin/python scripts/build_docs.py [--check]
 """
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from plugin_definition import cli_about  # the tap's own --about, one reader for both files
+from tap_guestdata import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "configuration.md"
@@ -24,6 +28,12 @@ MARKER = (
     "<!-- Generated below by scripts/build_docs.py from `tap-guestdata --about --format=json`;"
     " edit above this line only. -->"
 )
+STREAMS_PAGE = ROOT / "docs" / "tap.md"
+STREAMS_BEGIN = (
+    "<!-- Generated from tap_guestdata/catalog.py by scripts/build_docs.py, down to the end"
+    " marker. -->"
+)
+STREAMS_END = "<!-- End of the generated stream groups. -->"
 
 
 def json_types(schema: Mapping[str, Any]) -> list[str]:
@@ -104,14 +114,40 @@ def build(about: Mapping[str, Any]) -> str:
     return f"{head}\n\n{MARKER}\n\n{generated(about)}"
 
 
+def stream_groups() -> str:
+    """The catalog as a table: a row per stream, in the order the daily DAG loads the groups."""
+    lines = [
+        "| group | stream | reload reads a period | weekly full refresh | personal fields |",
+        "|---|---|---|---|---|",
+    ]
+    for group in catalog.GROUPS:
+        for name in catalog.streams_of_group(group):
+            facts = catalog.BY_NAME[name]
+            personal = ", ".join(f"`{field}`" for field in facts.personal_fields)
+            lines.append(
+                f"| `{group}` | `{name}` | {'yes' if facts.windowed else ''} "
+                f"| {'yes' if facts.refreshed_weekly else ''} | {personal} |"
+            )
+    return "\n".join(lines)
+
+
+def build_streams_page() -> str:
+    """docs/tap.md with its stream groups table rebuilt between the two markers."""
+    text = STREAMS_PAGE.read_text()
+    head, rest = text.split(STREAMS_BEGIN)
+    _, tail = rest.split(STREAMS_END)
+    return f"{head}{STREAMS_BEGIN}\n\n{stream_groups()}\n\n{STREAMS_END}{tail}"
+
+
 def main() -> int:
-    text = build(cli_about())
+    pages = {PAGE: build(cli_about()), STREAMS_PAGE: build_streams_page()}
     if "--check" in sys.argv[1:]:
-        if PAGE.read_text() != text:
-            print(f"{PAGE.relative_to(ROOT)} is stale: run .venv/bin/python scripts/build_docs.py")
-            return 1
-        return 0
-    PAGE.write_text(text)
+        stale = [page for page, text in pages.items() if page.read_text() != text]
+        for page in stale:
+            print(f"{page.relative_to(ROOT)} is stale: run .venv/bin/python scripts/build_docs.py")
+        return 1 if stale else 0
+    for page, text in pages.items():
+        page.write_text(text)
     return 0
 
 

@@ -143,3 +143,16 @@ def test_a_setting_missing_from_the_configuration_page_fails_the_check(
     monkeypatch.setattr(build_docs, "PAGE", page)
     assert "| `max_retries` |" in build_docs.build(about)
     assert build_docs.build(about) != page.read_text()
+
+
+def test_a_stream_missing_from_the_stream_groups_table_fails_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = tmp_path / "tap.md"
+    lines = build_docs.STREAMS_PAGE.read_text().splitlines(keepends=True)
+    page.write_text(
+        "".join(line for line in lines if not line.startswith("| `rewards` | `redemptions` |"))
+    )
+    monkeypatch.setattr(build_docs, "STREAMS_PAGE", page)
+    assert "| `rewards` | `redemptions` | yes |" in build_docs.build_streams_page()
+    assert build_docs.build_streams_page() != page.read_text()
