@@ -129,7 +129,7 @@ class GuestDataAccountsOperator(BaseOperator):
     def execute(self, context: Any) -> list[str]:
         accounts = [self.resolve(account) for account in self.accounts]
         self.hook = MeltanoHook(self.project_root, self.meltano_bin, self.environment)
-        record = DoneRecord(context, len(accounts) > 1)
+        record = DoneRecord(context, len(accounts) > 1, self.retries or 0)
         done = record.read()
         outcomes: dict[str, str] = {}
         try:
@@ -151,6 +151,8 @@ class GuestDataAccountsOperator(BaseOperator):
             raise
         failed = [name for name, outcome in outcomes.items() if outcome == "failed"]
         if failed:
+            if record.last_try:  # no retry will read it: a Variable per failed batch would pile up
+                record.clear()
             raise AirflowException(f"{len(failed)} of {len(accounts)} failed: {', '.join(failed)}")
         record.clear()
         if all(outcome == "skipped" for outcome in outcomes.values()):
@@ -298,14 +300,16 @@ class GuestDataModelsOperator(GuestDataAccountsOperator):
 
 class DoneRecord:
     """The accounts a batch task has done in this run, kept across its tries in a Variable
-    (XComs are cleared when a try starts). Only for a task of several accounts."""
+    (XComs are cleared when a try starts). Only for a task of several accounts. Deleted when
+    the task succeeds or fails its last try; a task cleared by hand after that runs them all."""
 
-    def __init__(self, context: Any, used: bool) -> None:
+    def __init__(self, context: Any, used: bool, retries: int) -> None:
         ti = context["ti"]
         where = f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.map_index}"
         self.key = f"guestdata_done_{hashlib.sha256(where.encode()).hexdigest()[:24]}"
         self.used = used
         self.first_try = int(ti.try_number) <= 1
+        self.last_try = int(ti.try_number) > retries
         self.names: list[str] = []
 
     def read(self) -> set[str]:

@@ -12,8 +12,9 @@ in for, is otherwise the same).
 
 stdout's last line: for one run `{"dag_id", "state", "seconds", "run_type", "data_interval":
 [start, end], "tasks": {id: state}, "accounts": {label: {task: state}}, "assets_published":
-[names]}`, where `tasks` are the unmapped task instances and `accounts` the state of each
-account's mapped tasks (its batch's) by the last part of their task id (`load`, `dbt_build`),
+[names], "variables": [the keys of Airflow's Variables after the run]}`, where `tasks` are
+the unmapped task instances and `accounts` the state of each account's mapped tasks (its
+batch's) by the last part of their task id (`load`, `dbt_build`),
 and `labels` what Airflow shows for each batch (`<account>, <account>.<task>`: the rendered map
 index, None if the task never rendered it); for a backfill `{"dag_id", "state", "runs": [one
 run's outcome, ...]}`.
@@ -37,6 +38,7 @@ DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
     from airflow.models.asset import AssetEvent
     from airflow.models.taskinstance import TaskInstance
+    from airflow.models.variable import Variable
     from airflow.utils.session import create_session
 
     with create_session() as session:
@@ -63,6 +65,7 @@ def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
         published = sorted(
             event.asset.name for event in events if event.source_run_id == dag_run.run_id
         )
+        variables = sorted(variable.key for variable in session.query(Variable))
     return {
         "dag_id": dag_id,
         "state": str(dag_run.state),
@@ -73,6 +76,7 @@ def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
         "accounts": accounts,
         "labels": labels,
         "assets_published": published,
+        "variables": variables,
     }
 
 
