@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 import demo_pipeline
-from celery_cluster import DAG_ID, Cluster, Rest, default_accounts, task_label
+from guestdata_cluster import DAG_ID, Cluster, Rest, default_accounts, task_label
 from guestdata_sandbox.testing import SandboxProcess
 from tap_guestdata.airflow.accounts import REFRESH_GROUP, TaskSpec, parse_config, plan_tasks
 

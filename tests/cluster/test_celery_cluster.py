@@ -32,7 +32,6 @@ import psycopg
 import pytest
 import redis
 
-from celery_cluster import DAG_ID, ClusterError, Rest
 from cluster_testing import (
     ACCOUNTS,
     HEARTBEAT_TIMEOUT,
@@ -51,6 +50,7 @@ from cluster_testing import (
     table_checks,
     when,
 )
+from guestdata_cluster import DAG_ID, ClusterError, Rest
 from guestdata_sandbox.testing import SandboxProcess, busiest_window
 from plan_workers import planned_seconds
 from support.sandbox import last_seq
