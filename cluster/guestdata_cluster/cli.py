@@ -12,10 +12,13 @@
 What `up` makes (docs/scale-out.md), all named after `--name` (default `gdc`):
 - a bridge `<name>-br` at `<subnet>.1`; worker N in namespace `<name>-w<N>` at `<subnet>.<10+N>`,
   serving Celery queue `worker_<N>` with `--concurrency 5` (its queue's pool: 5 tasks at once);
-- socat forwarders on `<subnet>.1` for PostgreSQL (5432) and Redis (6379): a namespace cannot
-  reach the root namespace's 127.0.0.1, and PostgreSQL then sees 127.0.0.1 (its trust rule);
-- databases `<name>_airflow` (metadata and Celery results), `<name>_meltano` (Meltano state,
-  via MELTANO_DATABASE_URI) and `<name>_warehouse` (target-postgres); Redis db `--redis-db`;
+- socat forwarders on `<subnet>.1` for PostgreSQL and Redis (on their ports): a namespace
+  cannot reach the root namespace's 127.0.0.1, and PostgreSQL then sees 127.0.0.1 (its trust
+  rule);
+- on the server of `--postgres-url` (default the shared local one), databases `<name>_airflow`
+  (metadata and Celery results), `<name>_meltano` (Meltano state, via MELTANO_DATABASE_URI) and
+  `<name>_warehouse` (target-postgres); the Redis db of `--redis-url` (default db `--redis-db`
+  of the shared local Redis), saved with the cluster so `down`, `status`, `trigger` use them;
 - a deployed copy of the Meltano project with its plugins installed, before any worker starts;
 - api-server (bound to the bridge address), scheduler, dag-processor, then the workers;
 - a pool per queue (5 slots: concurrency, not rate) and the keys as Airflow Variables, through
@@ -34,6 +37,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
@@ -43,18 +47,39 @@ from guestdata_cluster.processes import alive, say
 from guestdata_cluster.rest import Rest, task_label
 from guestdata_cluster.services import require_services
 from guestdata_cluster.stack import down_cluster, kill_worker, leftovers, start_worker, up_cluster
-from guestdata_cluster.state import DAG_ID, DEFAULT_HOME, Cluster, ClusterError
+from guestdata_cluster.state import (
+    DAG_ID,
+    DEFAULT_HOME,
+    DEFAULT_REDIS_DB,
+    LOCAL_POSTGRES,
+    LOCAL_REDIS,
+    Cluster,
+    ClusterError,
+)
 
 
 def cluster_of(args: argparse.Namespace, home: Path, secrets_file: Path) -> Cluster:
     """The cluster `up` makes from its options (nothing made yet)."""
-    return Cluster(
+    if args.redis_url and args.redis_db is not None:
+        raise ClusterError("--redis-db names a db of the local Redis: give it or --redis-url")
+    redis_db = DEFAULT_REDIS_DB if args.redis_db is None else args.redis_db
+    redis_url = args.redis_url or f"{LOCAL_REDIS}/{redis_db}"
+    for url, option, schemes in (
+        (redis_url, "--redis-url", ("redis",)),
+        (args.postgres_url, "--postgres-url", ("postgresql", "postgres")),
+    ):
+        if urlsplit(url).scheme not in schemes or not urlsplit(url).hostname:
+            raise ClusterError(
+                f"{option}: {schemes[0]}://[user[:password]@]host[:port]..., got {url!r}"
+            )
+    cluster = Cluster(
         name=args.name,
         home=str(home),
         workers=args.workers,
         subnet=args.subnet,
         api_port=args.api_port,
-        redis_db=args.redis_db,
+        redis_url=redis_url,
+        postgres_url=args.postgres_url,
         api_url=args.api_url or f"http://127.0.0.1:{args.sandbox_port}/api/v1/customer",
         heartbeat_timeout=args.heartbeat_timeout,
         visibility_timeout=args.visibility_timeout,
@@ -64,6 +89,11 @@ def cluster_of(args: argparse.Namespace, home: Path, secrets_file: Path) -> Clus
         secrets_file=str(secrets_file),
         extra_env=args.env,
     )
+    # Every port the bridge address listens on: the api-server's and the forwarders'.
+    ports = [cluster.api_port, *(port for port, _, _ in cluster.forwarders.values())]
+    if len(set(ports)) < len(ports):
+        raise ClusterError(f"the api-server and the services need different ports, got {ports}")
+    return cluster
 
 
 def up(args: argparse.Namespace) -> int:
@@ -71,12 +101,13 @@ def up(args: argparse.Namespace) -> int:
     home = Path(args.home).resolve()
     if (home / "cluster.json").exists():
         raise ClusterError(f"a cluster is already up at {home}: `scripts/cluster down` first")
+    cluster = cluster_of(args, home, home / "secrets.json")
     require_namespaces()
-    require_services()
+    require_services(cluster)
     home.mkdir(parents=True, exist_ok=True)
     (home / "logs").mkdir(exist_ok=True)
     (home / "airflow").mkdir(exist_ok=True)
-    cluster = cluster_of(args, home, write_shared_secrets(home))
+    write_shared_secrets(home)
     if args.accounts:
         accounts = json.loads(Path(args.accounts).read_text())
         variables = json.loads(Path(args.variables).read_text()) if args.variables else {}
@@ -149,7 +180,18 @@ def parser() -> argparse.ArgumentParser:
     make.add_argument("--workers", type=int, default=2)
     make.add_argument("--subnet", default="10.200.0", help="first three octets of a free /24")
     make.add_argument("--api-port", type=int, default=8080)
-    make.add_argument("--redis-db", type=int, default=7)
+    make.add_argument(
+        "--redis-url",
+        help=f"the broker and the shared rate budget (default: {LOCAL_REDIS}/<--redis-db>)",
+    )
+    make.add_argument(
+        "--redis-db", type=int, help=f"a db of the local Redis (default {DEFAULT_REDIS_DB})"
+    )
+    make.add_argument(
+        "--postgres-url",
+        default=LOCAL_POSTGRES,
+        help="the server of the metadata, state and warehouse databases (default: %(default)s)",
+    )
     make.add_argument("--api-url", help="the API's base URL; default: a sandbox of its own")
     make.add_argument("--sandbox-port", type=int, default=8787)
     make.add_argument("--accounts", help="the accounts JSON (default: the sandbox's three)")

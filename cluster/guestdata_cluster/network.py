@@ -71,11 +71,13 @@ def namespace_pids(namespace: str) -> list[int]:
     return [int(pid) for pid in result.stdout.split() if pid.isdigit()]
 
 
-def forward(cluster: Cluster, label: str, port: int) -> None:
-    """socat on the bridge address to the service on 127.0.0.1 (the namespaces' only way in)."""
-    listen = f"TCP-LISTEN:{port},bind={cluster.gateway},reuseaddr,fork"
+def forward_services(cluster: Cluster) -> None:
+    """socat on the bridge address to each service, PostgreSQL and Redis (the namespaces' only
+    way out); a service on 127.0.0.1 then sees 127.0.0.1, and PostgreSQL's trust rule applies."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), MARKER: cluster.name}
-    start(cluster, label, ["socat", listen, f"TCP:127.0.0.1:{port}"], env, cluster.root)
+    for label, (port, host, target_port) in cluster.forwarders.items():
+        listen = f"TCP-LISTEN:{port},bind={cluster.gateway},reuseaddr,fork"
+        start(cluster, label, ["socat", listen, f"TCP:{host}:{target_port}"], env, cluster.root)
 
 
 def api_loopback_port(cluster: Cluster) -> int | None:

@@ -16,26 +16,31 @@ from guestdata_cluster.processes import start, wait_until
 from guestdata_cluster.state import (
     DATABASE_ROLES,
     MARKER,
-    PG_PORT,
-    REDIS_PORT,
     VENV_BIN,
     Cluster,
     ClusterError,
+    host_of,
+    port_of,
 )
 
 
-def require_services() -> None:
-    for port, service in ((PG_PORT, "PostgreSQL"), (REDIS_PORT, "Redis")):
+def require_services(cluster: Cluster) -> None:
+    """PostgreSQL and Redis answer where the cluster's URLs say (`--postgres-url`,
+    `--redis-url`), before anything is made."""
+    for url, service in ((cluster.postgres, "PostgreSQL"), (cluster.redis, "Redis")):
+        address = (host_of(url), port_of(url))
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=3):
+            with socket.create_connection(address, timeout=3):
                 pass
         except OSError as error:
-            raise ClusterError(f"{service} does not answer at 127.0.0.1:{port} ({error})") from None
+            raise ClusterError(
+                f"{service} does not answer at {address[0]}:{address[1]} ({error})"
+            ) from None
 
 
-def server() -> psycopg.Connection[Any]:
-    """The local PostgreSQL server's maintenance database, autocommit (CREATE/DROP DATABASE)."""
-    return psycopg.connect(f"postgresql://postgres@127.0.0.1:{PG_PORT}/postgres", autocommit=True)
+def server(cluster: Cluster) -> psycopg.Connection[Any]:
+    """The PostgreSQL server's maintenance database, autocommit (CREATE/DROP DATABASE)."""
+    return psycopg.connect(cluster.maintenance_url(), autocommit=True)
 
 
 def drop_databases(cluster: Cluster, connection: psycopg.Connection[Any]) -> None:
@@ -45,7 +50,7 @@ def drop_databases(cluster: Cluster, connection: psycopg.Connection[Any]) -> Non
 
 
 def make_databases(cluster: Cluster) -> None:
-    with server() as connection:
+    with server(cluster) as connection:
         drop_databases(cluster, connection)  # a crashed cluster's, if any
         for role in DATABASE_ROLES:
             connection.execute(
@@ -54,7 +59,7 @@ def make_databases(cluster: Cluster) -> None:
 
 
 def databases_left(cluster: Cluster) -> list[str]:
-    with server() as connection:
+    with server(cluster) as connection:
         rows = connection.execute(
             "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{cluster.name}\\_%",)
         ).fetchall()
@@ -63,7 +68,7 @@ def databases_left(cluster: Cluster) -> list[str]:
 
 def broker(cluster: Cluster) -> redis.Redis:
     """The cluster's Redis db, from this (the root) namespace."""
-    return redis.Redis(host="127.0.0.1", port=REDIS_PORT, db=cluster.redis_db)
+    return redis.Redis.from_url(cluster.redis_url)
 
 
 def start_sandbox(cluster: Cluster, port: int, time_scale: float) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 from guestdata_cluster.deploy import deploy_project, write_accounts
 from guestdata_cluster.network import (
-    forward,
     forward_api_in_namespace,
+    forward_services,
     make_network,
     namespace_pids,
     network_left,
@@ -38,7 +38,7 @@ from guestdata_cluster.services import (
     server,
     start_sandbox,
 )
-from guestdata_cluster.state import DAG_ID, PG_PORT, REDIS_PORT, VENV_BIN, Cluster, ClusterError
+from guestdata_cluster.state import DAG_ID, VENV_BIN, Cluster, ClusterError, redacted
 from tap_guestdata.airflow.accounts import TASKS_PER_QUEUE, parse_config, pools
 
 
@@ -55,15 +55,14 @@ def up_cluster(
         write_accounts(cluster, accounts)
         say(f"network: bridge {cluster.bridge} {cluster.gateway}, {cluster.workers} namespaces")
         make_network(cluster)
-        forward(cluster, "forward-postgres", PG_PORT)
-        forward(cluster, "forward-redis", REDIS_PORT)
+        forward_services(cluster)
         make_databases(cluster)
         broker(cluster).flushdb()
         if sandbox_port is not None:
             say(f"sandbox on {cluster.api_url}")
             start_sandbox(cluster, sandbox_port, cluster.time_scale)
         say("deploy: the Meltano project and its plugins; airflow db migrate")
-        env = cluster.env("127.0.0.1")
+        env = cluster.env()  # the root namespace: the services' own addresses
         install = deploy_project(cluster, env)
         migrate = subprocess.run(
             [str(VENV_BIN / "airflow"), "db", "migrate"],
@@ -150,7 +149,7 @@ def down_cluster(cluster: Cluster) -> None:
     while processes_marked(cluster.name) and time.monotonic() < deadline:
         time.sleep(0.2)
     remove_network(cluster)
-    with server() as connection:
+    with server(cluster) as connection:
         drop_databases(cluster, connection)
     broker(cluster).flushdb()
     shutil.rmtree(cluster.root, ignore_errors=True)
@@ -163,7 +162,7 @@ def leftovers(cluster: Cluster) -> list[str]:
     found += [f"database {name}" for name in databases_left(cluster)]
     keys = broker(cluster).dbsize()
     if keys:
-        found.append(f"{keys} Redis keys in db {cluster.redis_db}")
+        found.append(f"{keys} Redis keys in {redacted(cluster.redis_url)}")
     if cluster.root.exists():
         found.append(f"folder {cluster.root}")
     return found

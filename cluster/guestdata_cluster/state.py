@@ -11,6 +11,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import SplitResult, unquote, urlsplit
 
 # An editable install from a checkout (scripts/bootstrap): the cluster deploys that checkout's
 # Meltano project and DAG file. cluster/guestdata_cluster/state.py -> the checkout.
@@ -20,6 +21,10 @@ DEFAULT_HOME = PROJECT_ROOT / ".cluster"
 DAG_ID = "guestdata_meltano"
 MARKER = "GUESTDATA_CLUSTER"  # in every process's environment: `down` finds stragglers by it
 PG_PORT, REDIS_PORT = 5432, 6379
+# The shared local services (`up`'s defaults): the server's trust rule lets postgres in.
+LOCAL_POSTGRES = f"postgresql://postgres@127.0.0.1:{PG_PORT}"
+LOCAL_REDIS = f"redis://127.0.0.1:{REDIS_PORT}"
+DEFAULT_REDIS_DB = 7
 DATABASE_ROLES = ("airflow", "meltano", "warehouse")  # <name>_<role>: metadata, state, rows
 
 
@@ -36,7 +41,8 @@ class Cluster:
     workers: int
     subnet: str  # the first three octets, e.g. "10.200.0"
     api_port: int
-    redis_db: int
+    redis_url: str  # the broker and the shared rate budget: redis://[:password@]host:port/db
+    postgres_url: str  # the server of the three databases: postgresql://user[:password]@host:port
     api_url: str
     heartbeat_timeout: int
     visibility_timeout: int
@@ -86,7 +92,11 @@ class Cluster:
         return self.root / "project"
 
     def save(self) -> None:
-        (self.root / "cluster.json").write_text(json.dumps(asdict(self), indent=2))
+        """Readable by its owner only: the services' URLs may hold passwords."""
+        path = self.root / "cluster.json"
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as output:
+            json.dump(asdict(self), output, indent=2)
 
     @classmethod
     def load(cls, home: Path) -> Cluster:
@@ -95,12 +105,47 @@ class Cluster:
             raise ClusterError(f"no cluster at {home} (no cluster.json): `scripts/cluster up`")
         return cls(**json.loads(path.read_text()))
 
-    # -- environments --------------------------------------------------------------------
-    def postgres_url(self, role: str, host: str, driver: str = "postgresql+psycopg2") -> str:
-        return f"{driver}://postgres@{host}:{PG_PORT}/{self.database(role)}"
+    # -- services --------------------------------------------------------------------------
+    @property
+    def postgres(self) -> SplitResult:
+        return urlsplit(self.postgres_url)
 
-    def airflow_env(self, host: str) -> dict[str, str]:
-        """Every Airflow process's settings; `host` is how it reaches PostgreSQL and Redis."""
+    @property
+    def redis(self) -> SplitResult:
+        return urlsplit(self.redis_url)
+
+    @property
+    def forwarders(self) -> dict[str, tuple[int, str, int]]:
+        """Label -> (port on the bridge address, the service's host and port): a namespace
+        reaches each service through the bridge, whatever address the service has."""
+        return {
+            "forward-postgres": (
+                port_of(self.postgres),
+                host_of(self.postgres),
+                port_of(self.postgres),
+            ),
+            "forward-redis": (port_of(self.redis), host_of(self.redis), port_of(self.redis)),
+        }
+
+    def database_url(self, role: str, via: str | None = None, driver: str = "postgresql") -> str:
+        """The database of `role` (`<name>_<role>`); `via`: the bridge address a namespace
+        reaches the server through, else the server's own address."""
+        return with_host(self.postgres, via, driver, f"/{self.database(role)}")
+
+    def maintenance_url(self) -> str:
+        """The server's maintenance database (CREATE/DROP DATABASE): the URL's own, else
+        `postgres`."""
+        database = self.postgres.path.strip("/") or "postgres"
+        return with_host(self.postgres, None, "postgresql", f"/{database}")
+
+    def broker_url(self, via: str | None = None) -> str:
+        """The Redis db; `via`: the bridge address a namespace reaches it through."""
+        return with_host(self.redis, via, self.redis.scheme, self.redis.path)
+
+    # -- environments --------------------------------------------------------------------
+    def airflow_env(self, via: str | None = None) -> dict[str, str]:
+        """Every Airflow process's settings; `via`: the bridge address a namespace reaches
+        PostgreSQL and Redis through (None: the services' own addresses)."""
         shared = json.loads(Path(self.secrets_file).read_text())
         return {
             MARKER: self.name,
@@ -115,13 +160,13 @@ class Cluster:
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.rest_url}/execution/",
             "AIRFLOW__API__BASE_URL": self.rest_url,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.postgres_url("airflow", host),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url("airflow", via, PSYCOPG2),
             # Airflow's async engine: psycopg 3 (already installed) instead of asyncpg.
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": self.postgres_url(
-                "airflow", host, "postgresql+psycopg"
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": self.database_url(
+                "airflow", via, "postgresql+psycopg"
             ),
-            "AIRFLOW__CELERY__BROKER_URL": f"redis://{host}:{REDIS_PORT}/{self.redis_db}",
-            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + self.postgres_url("airflow", host),
+            "AIRFLOW__CELERY__BROKER_URL": self.broker_url(via),
+            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + self.database_url("airflow", via, PSYCOPG2),
             # Longer than the longest task, or Redis hands a running task's message to a
             # second worker (task_acks_late); docs/scale-out.md.
             "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": str(
@@ -133,9 +178,11 @@ class Cluster:
             "NO_COLOR": "1",
         }
 
-    def pipeline_env(self, host: str) -> dict[str, str]:
-        """The DAG's settings and the Meltano project's, for the dag-processor and workers."""
+    def pipeline_env(self, via: str | None = None) -> dict[str, str]:
+        """The DAG's settings and the Meltano project's, for the dag-processor and workers;
+        `via` as for `airflow_env`."""
         window = 60.0 * self.time_scale
+        postgres = self.postgres
         env = {
             "GUESTDATA_PROJECT_ROOT": str(self.project),
             "GUESTDATA_MELTANO_BIN": str(VENV_BIN / "meltano"),
@@ -145,16 +192,17 @@ class Cluster:
             "GUESTDATA_REFRESH_SCHEDULE": "none",
             "GUESTDATA_MELTANO_TRANSFORM": "none",  # dbt is not deployed to the workers here
             "GUESTDATA_RETRY_DELAY_MINUTES": str(self.retry_delay_seconds / 60.0),
-            "MELTANO_DATABASE_URI": self.postgres_url("meltano", host),
+            "MELTANO_DATABASE_URI": self.database_url("meltano", via, PSYCOPG2),
             "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
             "TAP_GUESTDATA_BASE_URL": self.api_url,
             # One rate budget for every worker (spec 8), in the broker's Redis; each task names
             # its queue as its address (the DAG sets TAP_GUESTDATA_RATE_BUDGET_ADDRESS).
-            "TAP_GUESTDATA_RATE_BUDGET_STORE": f"redis://{host}:{REDIS_PORT}/{self.redis_db}",
-            "TARGET_POSTGRES_HOST": host,
-            "TARGET_POSTGRES_PORT": str(PG_PORT),
-            "TARGET_POSTGRES_USER": "postgres",
-            "TARGET_POSTGRES_PASSWORD": "",
+            "TAP_GUESTDATA_RATE_BUDGET_STORE": self.broker_url(via),
+            # The warehouse (target-postgres, and dbt-postgres: it shares the namespace).
+            "TARGET_POSTGRES_HOST": via or host_of(postgres),
+            "TARGET_POSTGRES_PORT": str(port_of(postgres)),
+            "TARGET_POSTGRES_USER": unquote(postgres.username or ""),
+            "TARGET_POSTGRES_PASSWORD": unquote(postgres.password or ""),
             "TARGET_POSTGRES_DATABASE": self.database("warehouse"),
             "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         }
@@ -162,7 +210,7 @@ class Cluster:
             env["TAP_GUESTDATA_RATE_LIMIT_WINDOW_SECONDS"] = f"{window:g}"
         return env
 
-    def env(self, host: str) -> dict[str, str]:
+    def env(self, via: str | None = None) -> dict[str, str]:
         base = {
             name: value
             for name, value in os.environ.items()
@@ -170,4 +218,31 @@ class Cluster:
             if not name.startswith(("AIRFLOW", "GUESTDATA_", "TAP_GUESTDATA", "TARGET_", "MELTANO"))
         }
         extra = dict(item.split("=", 1) for item in self.extra_env)
-        return {**base, **self.airflow_env(host), **self.pipeline_env(host), **extra}
+        return {**base, **self.airflow_env(via), **self.pipeline_env(via), **extra}
+
+
+PSYCOPG2 = "postgresql+psycopg2"  # SQLAlchemy's driver for Airflow, Celery and Meltano
+
+
+def host_of(url: SplitResult) -> str:
+    return url.hostname or "127.0.0.1"
+
+
+def port_of(url: SplitResult) -> int:
+    return url.port or (REDIS_PORT if url.scheme.startswith("redis") else PG_PORT)
+
+
+def with_host(url: SplitResult, host: str | None, scheme: str, path: str) -> str:
+    """`url` with another scheme and path, and (`host`) another address, same port and
+    credentials."""
+    credentials = url.netloc.rpartition("@")[0]
+    address = f"{host or host_of(url)}:{port_of(url)}"
+    return f"{scheme}://{credentials + '@' if credentials else ''}{address}{path}"
+
+
+def redacted(url: str) -> str:
+    """A service's URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)

@@ -17,6 +17,7 @@ import psycopg
 
 import demo_pipeline
 from guestdata_cluster import DAG_ID, Cluster, Rest, default_accounts, task_label
+from guestdata_cluster.state import LOCAL_POSTGRES, LOCAL_REDIS
 from guestdata_sandbox.testing import SandboxProcess
 from tap_guestdata.airflow.accounts import REFRESH_GROUP, TaskSpec, parse_config, plan_tasks
 
@@ -27,6 +28,9 @@ COMMAND = PROJECT_ROOT / "scripts" / "cluster"
 NAME = os.environ.get("GUESTDATA_CLUSTER_TEST_NAME", "gdt")
 SUBNET = os.environ.get("GUESTDATA_CLUSTER_TEST_SUBNET", "10.201.0")
 REDIS_DB = int(os.environ.get("GUESTDATA_CLUSTER_TEST_REDIS_DB", "11"))
+# The services `up` is given (`--redis-url`, `--postgres-url`): the shared local ones.
+REDIS_URL = f"{LOCAL_REDIS}/{REDIS_DB}"
+POSTGRES_URL = LOCAL_POSTGRES
 TIME_SCALE = 0.25  # the sandbox's rate-limit minute lasts 15 s
 WINDOW_SECONDS = 60.0 * TIME_SCALE
 PER_KEY, PER_ADDRESS = 120, 600  # spec 8, per window
@@ -81,7 +85,8 @@ class LocalCluster:
         self.accounts = accounts
         started = time.monotonic()
         self.command(
-            "up", "--name", NAME, "--subnet", SUBNET, "--redis-db", str(REDIS_DB),
+            "up", "--name", NAME, "--subnet", SUBNET,
+            "--redis-url", REDIS_URL, "--postgres-url", POSTGRES_URL,
             "--api-port", str(self.api_port), "--api-url", self.api_url,
             "--accounts", str(files / "accounts.json"),
             "--variables", str(files / "variables.json"),
@@ -149,11 +154,11 @@ class LocalCluster:
         return {f"{spec.account}.load": spec for spec in specs}
 
     def warehouse(self) -> str:
-        return self.state.postgres_url("warehouse", "127.0.0.1", "postgresql")
+        return self.state.database_url("warehouse")
 
     def meltano_state(self, state_id: str) -> tuple[str, str]:
         """(partial, completed) state Meltano stored for `state_id` ('' if none)."""
-        url = self.state.postgres_url("meltano", "127.0.0.1", "postgresql")
+        url = self.state.database_url("meltano")
         with psycopg.connect(url) as connection:
             row = connection.execute(
                 "SELECT partial_state, completed_state FROM state WHERE state_id = %s",

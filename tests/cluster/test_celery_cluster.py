@@ -39,7 +39,8 @@ from cluster_testing import (
     NAME,
     PER_ADDRESS,
     PER_KEY,
-    REDIS_DB,
+    POSTGRES_URL,
+    REDIS_URL,
     VARIABLES,
     WINDOW_SECONDS,
     LocalCluster,
@@ -187,12 +188,12 @@ def leftovers(cluster: LocalCluster) -> list[str]:
                 continue
             if home in command or f"GUESTDATA_CLUSTER={NAME}\0".encode() in environ:
                 found.append(f"process {proc.name}: {command[:80]}")
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres") as connection:
+    with psycopg.connect(f"{POSTGRES_URL}/postgres") as connection:
         names = connection.execute(
             "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{NAME}\\_%",)
         ).fetchall()
     found += [f"database {name}" for (name,) in names]
-    keys = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB).dbsize()
+    keys = redis.Redis.from_url(REDIS_URL).dbsize()
     found += [f"{keys} Redis keys"] if keys else []
     found += [f"folder {home}"] if cluster.home.exists() else []
     return found
@@ -222,7 +223,7 @@ def test_a_worker_killed_mid_ledger_sync_costs_one_retry(
     keys = keys_of("harbour")  # the kill deployment gives it its first key alone
     worker = int(plan[KILLED_TASK].queue.removeprefix("worker_"))
     state_id = "prod:tap-guestdata-to-target-postgres:harbour"
-    budget = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB)
+    budget = redis.Redis.from_url(REDIS_URL)
     origin = api_origin(cluster.api_url)
     key_sets = [f"{REDIS_PREFIX}:key:{key_id(origin, key)}" for key in keys]
 
