@@ -19,7 +19,9 @@ What `up` makes (docs/scale-out.md), all named after `--name` (default `gdc`):
   (metadata and Celery results), `<name>_meltano` (Meltano state, via MELTANO_DATABASE_URI) and
   `<name>_warehouse` (target-postgres); the Redis db of `--redis-url` (default db `--redis-db`
   of the shared local Redis), saved with the cluster so `down`, `status`, `trigger` use them;
-- a deployed copy of the Meltano project with its plugins installed, before any worker starts;
+- a deployed copy of the Meltano project with its plugins installed, before any worker starts,
+  dbt-postgres included: each DAG run ends with one dbt_build of every account's models into
+  the warehouse's `guestdata_analytics` (`--no-models`: the loads alone);
 - api-server (bound to the bridge address), scheduler, dag-processor, then the workers;
 - a pool per queue (5 slots: concurrency, not rate) and the keys as Airflow Variables, through
   the REST API; the tap's shared rate budget in the broker's Redis db (`rate_budget_store`).
@@ -88,6 +90,7 @@ def cluster_of(args: argparse.Namespace, home: Path, secrets_file: Path) -> Clus
         accounts_file=str(home / "accounts.json"),
         secrets_file=str(secrets_file),
         extra_env=args.env,
+        models=not args.no_models,
     )
     # Every port the bridge address listens on: the api-server's and the forwarders'.
     ports = [cluster.api_port, *(port for port, _, _ in cluster.forwarders.values())]
@@ -198,6 +201,11 @@ def parser() -> argparse.ArgumentParser:
     make.add_argument("--variables", help="JSON {variable: key} of the accounts' keys")
     make.add_argument("--groups", help="stream groups of the default accounts, e.g. core,members")
     make.add_argument("--time-scale", type=float, default=1.0, help="the sandbox's minute")
+    make.add_argument(
+        "--no-models",
+        action="store_true",
+        help="the loads alone: no dbt deployed, no dbt_build at the end of a run",
+    )
     make.add_argument("--heartbeat-timeout", type=int, default=300)
     make.add_argument("--visibility-timeout", type=int, default=6 * 3600)
     make.add_argument("--retry-delay-seconds", type=float, default=300)

@@ -17,7 +17,8 @@ from cryptography.fernet import Fernet
 from guestdata_cluster.state import PROJECT_ROOT, VENV_BIN, Cluster, ClusterError
 from tap_guestdata.airflow.accounts import parse_config
 
-PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types")
+LOAD_PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types")
+MODELS_PLUGINS = ("dbt-postgres",)  # the models' build (transform/), unless `up --no-models`
 # What a deploy puts on a worker machine: the Meltano project, not the repository's tests.
 DEPLOYED = ("meltano.yml", "pyproject.toml", "README.md", "LICENSE", "tap_guestdata", "transform")
 DEPLOYED_SCRIPTS = ("pg_timestamptz.py",)  # guestdata-pg-types runs it
@@ -64,9 +65,10 @@ def deploy_project(cluster: Cluster, env: Mapping[str, str]) -> subprocess.Popen
     (cluster.project / "scripts").mkdir()
     for name in DEPLOYED_SCRIPTS:
         shutil.copy2(PROJECT_ROOT / "scripts" / name, cluster.project / "scripts" / name)
+    plugins = LOAD_PLUGINS + (MODELS_PLUGINS if cluster.models else ())
     log = (cluster.root / "logs" / "deploy.log").open("w")
     return subprocess.Popen(
-        [str(VENV_BIN / "meltano"), "install", *PLUGINS],
+        [str(VENV_BIN / "meltano"), "install", *plugins],
         cwd=cluster.project,
         env=dict(env),
         stdout=log,

@@ -52,6 +52,7 @@ class Cluster:
     pids: dict[str, int] = field(default_factory=dict)
     secrets_file: str = ""
     extra_env: list[str] = field(default_factory=list)  # NAME=VALUE, for every process
+    models: bool = True  # dbt deployed, and each DAG run ends with its one dbt_build
 
     # -- names and addresses ------------------------------------------------------------
     @property
@@ -190,7 +191,10 @@ class Cluster:
             "GUESTDATA_ACCOUNTS": self.accounts_file,
             "GUESTDATA_SCHEDULE": "none",  # runs are triggered (REST or CLI)
             "GUESTDATA_REFRESH_SCHEDULE": "none",
-            "GUESTDATA_MELTANO_TRANSFORM": "none",  # dbt is not deployed to the workers here
+            # The DAG's one dbt_build per run (GuestDataModelsOperator, every account's models
+            # into guestdata_analytics): this repository's dbt-postgres utility, deployed with
+            # the project; "none" (`up --no-models`): the loads alone.
+            "GUESTDATA_MELTANO_TRANSFORM": "auto" if self.models else "none",
             "GUESTDATA_RETRY_DELAY_MINUTES": str(self.retry_delay_seconds / 60.0),
             "MELTANO_DATABASE_URI": self.database_url("meltano", via, PSYCOPG2),
             "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",

@@ -1,7 +1,8 @@
-"""`scripts/cluster up`'s services, without root or a cluster: the PostgreSQL server and the
+"""`scripts/cluster up`'s options, without root or a cluster: the PostgreSQL server and the
 Redis db it is given reach every Airflow and pipeline setting, from the root namespace (the
 services' own addresses) and from a worker's namespace (the bridge's forwarders), and they are
-saved with the cluster, so `down`, `status` and `trigger` use them."""
+saved with the cluster, so `down`, `status` and `trigger` use them; the models' build is on
+unless `--no-models`."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from guestdata_cluster import Cluster, ClusterError
 from guestdata_cluster.cli import cluster_of, parser
 from guestdata_cluster.deploy import write_shared_secrets
 from guestdata_cluster.state import DEFAULT_REDIS_DB, LOCAL_POSTGRES, LOCAL_REDIS
+from tap_guestdata.airflow.config import transform_blocks
 
 # A server and a Redis of the operator's own, with credentials (none of them is contacted).
 REDIS = "redis://:broker-secret@10.9.8.7:6380/3"
 POSTGRES = "postgresql://loader:pg-secret@10.9.8.6:5433"
+TRANSFORM = "GUESTDATA_MELTANO_TRANSFORM"  # the DAGs' meltano_transform setting (config.py)
 
 
 def saved_cluster(home: Path, *options: str) -> Cluster:
@@ -93,3 +96,12 @@ def test_up_uses_the_shared_local_services_by_default(tmp_path: Path) -> None:
 def test_up_refuses_services_it_cannot_use(tmp_path: Path, options: tuple[str, ...]) -> None:
     with pytest.raises(ClusterError):
         saved_cluster(tmp_path, *options)
+
+
+def test_runs_end_with_the_models_build_unless_up_says_no_models(tmp_path: Path) -> None:
+    """The DAG's `meltano_transform` setting, as the dag-processor and workers read it."""
+    with_models = saved_cluster(tmp_path / "models").pipeline_env()
+    loads_only = saved_cluster(tmp_path / "loads", "--no-models").pipeline_env()
+
+    assert transform_blocks(with_models[TRANSFORM], "target-postgres") == ("dbt-postgres:build",)
+    assert transform_blocks(loads_only[TRANSFORM], "target-postgres") == ()
