@@ -2,8 +2,8 @@
 its own network namespace with its own address, against the sandbox's real limits.
 
 Three sandbox accounts (Growth with Rewards and two keys, a key limited to some venues, Rewards
-off), stream groups core and members (the Growth account every group), the planner's queues for
-the accounts (one task each):
+off), stream groups core, members and offers (the Growth account every group), the planner's
+queues for the accounts (one task each):
 
 1. an uninterrupted run (one task per small account, every key of the account in it, the
    shared rate budget in the broker's Redis), then the run's one `dbt_build` of every account's
