@@ -1,6 +1,7 @@
 """`scripts/cluster`: the accounts DAG on a real Airflow CeleryExecutor, one address per worker.
 
     scripts/cluster up [--workers 2] [--api-url URL] [--accounts FILE --variables FILE]
+                       [--postgres-url URL] [--redis-url URL] [--no-models]
                        [--env NAME=VALUE ...] [...]
     scripts/cluster status          what runs, where, and whether it answers
     scripts/cluster trigger [DAG]   a DAG run through the REST API, as a user would; waits
