@@ -1,7 +1,9 @@
-"""Helpers of the Celery cluster tests: the command, its DAG runs, and what the sandbox saw."""
+"""Helpers of the Celery cluster tests: the command, its DAG runs, what the sandbox saw, and the
+warehouse's tables and models against the sandbox's truth."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -12,13 +14,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 
 import demo_pipeline
-from celery_cluster import DAG_ID, Cluster, Rest, default_accounts, task_label
+from guestdata_cluster import DAG_ID, Cluster, Rest, default_accounts, task_label
+from guestdata_cluster.state import LOCAL_POSTGRES, LOCAL_REDIS
 from guestdata_sandbox.testing import SandboxProcess
+from support.dbt import expected_audience, expected_members, expected_venue_daily, query
 from tap_guestdata.airflow.accounts import REFRESH_GROUP, TaskSpec, parse_config, plan_tasks
+from tap_guestdata.airflow.plan import MODELS_SCHEMA
+from tap_guestdata.catalog import GROUPS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 COMMAND = PROJECT_ROOT / "scripts" / "cluster"
@@ -27,13 +34,30 @@ COMMAND = PROJECT_ROOT / "scripts" / "cluster"
 NAME = os.environ.get("GUESTDATA_CLUSTER_TEST_NAME", "gdt")
 SUBNET = os.environ.get("GUESTDATA_CLUSTER_TEST_SUBNET", "10.201.0")
 REDIS_DB = int(os.environ.get("GUESTDATA_CLUSTER_TEST_REDIS_DB", "11"))
+# The services `up` is given (`--redis-url`, `--postgres-url`): the shared local ones.
+REDIS_URL = f"{LOCAL_REDIS}/{REDIS_DB}"
+POSTGRES_URL = LOCAL_POSTGRES
 TIME_SCALE = 0.25  # the sandbox's rate-limit minute lasts 15 s
 WINDOW_SECONDS = 60.0 * TIME_SCALE
 PER_KEY, PER_ADDRESS = 120, 600  # spec 8, per window
 HEARTBEAT_TIMEOUT = 30  # production: see docs/scale-out.md
 RETRY_DELAY_SECONDS = 5
+# The groups whose tables are checked one by one against the truth (the others: through the
+# models).
 STREAMS = {"core": ("account", "venues", "guests"), "members": ("members", "member_ledger")}
-ACCOUNTS, VARIABLES = default_accounts(tuple(STREAMS))
+# Every account loads offers too: a member's tier is in `tiers` (offers), and the models test
+# that relationship within each account.
+LOADED = (*STREAMS, "offers")
+# One account loads every group, so each run ends with the models' build (it needs each raw
+# table in some account's schema).
+FULL = "harbour"
+SANDBOX_ACCOUNTS, VARIABLES = default_accounts(LOADED)
+ACCOUNTS = {
+    "accounts": [
+        {**account, "groups": list(GROUPS)} if account["name"] == FULL else account
+        for account in SANDBOX_ACCOUNTS["accounts"]
+    ]
+}
 # The kill test's deployment: one account, its members group alone, so the one task that is
 # killed is the only one the sandbox's latency has to stretch; its first key alone, so the
 # requests in flight when it dies (4: max_workers per key) are as many as the bound was set for.
@@ -46,6 +70,7 @@ KILL_ACCOUNTS = {
         }
     ],
 }
+LONDON = ZoneInfo("Europe/London")
 LEDGER_PATH = "/ledger"  # /rewards/members/{id}/ledger: the member_ledger stream's requests
 
 
@@ -73,15 +98,17 @@ class LocalCluster:
         )
         return result
 
-    def up(self, accounts: Mapping[str, Any] = ACCOUNTS) -> float:
-        """`up` with `accounts` (the DAG's accounts document) and the sandbox keys' Variables."""
+    def up(self, accounts: Mapping[str, Any] = ACCOUNTS, *, models: bool = True) -> float:
+        """`up` with `accounts` (the DAG's accounts document) and the sandbox keys' Variables;
+        `models=False`: `--no-models` (no dbt deployed, the loads alone)."""
         files = self.logs.parent
         (files / "accounts.json").write_text(json.dumps(accounts))
         (files / "variables.json").write_text(json.dumps(VARIABLES))
         self.accounts = accounts
         started = time.monotonic()
         self.command(
-            "up", "--name", NAME, "--subnet", SUBNET, "--redis-db", str(REDIS_DB),
+            "up", "--name", NAME, "--subnet", SUBNET,
+            "--redis-url", REDIS_URL, "--postgres-url", POSTGRES_URL,
             "--api-port", str(self.api_port), "--api-url", self.api_url,
             "--accounts", str(files / "accounts.json"),
             "--variables", str(files / "variables.json"),
@@ -91,6 +118,7 @@ class LocalCluster:
             # A STATE every 2 s (default 10): the kill test measures what a resume redoes,
             # not how stale the last STATE was.
             "--env", "TAP_GUESTDATA_STATE_INTERVAL_SECONDS=2",
+            *([] if models else ["--no-models"]),
             timeout=600,
         )  # fmt: skip
         self.up_seconds.append(time.monotonic() - started)
@@ -149,11 +177,11 @@ class LocalCluster:
         return {f"{spec.account}.load": spec for spec in specs}
 
     def warehouse(self) -> str:
-        return self.state.postgres_url("warehouse", "127.0.0.1", "postgresql")
+        return self.state.database_url("warehouse")
 
     def meltano_state(self, state_id: str) -> tuple[str, str]:
         """(partial, completed) state Meltano stored for `state_id` ('' if none)."""
-        url = self.state.postgres_url("meltano", "127.0.0.1", "postgresql")
+        url = self.state.database_url("meltano")
         with psycopg.connect(url) as connection:
             row = connection.execute(
                 "SELECT partial_state, completed_state FROM state WHERE state_id = %s",
@@ -217,11 +245,110 @@ def table_checks(sandbox: SandboxProcess, cluster: LocalCluster) -> dict[str, st
                     expected[stream],
                 )
                 for group in account["groups"]
+                if group in STREAMS
                 for stream in STREAMS[group]
             ]
             loaded = sum(check.rows_in_database for check in checks)
             if not all(check.matches for check in checks) or not loaded:
                 problems[name] = demo_pipeline.report(checks)
+    return problems
+
+
+def account_rows(
+    warehouse: str, relation: str, model: str, columns: str, schema: str = MODELS_SCHEMA
+) -> list[tuple[Any, ...]]:
+    """One account's rows of a model (`relation`: its raw schema, the rows' source_relation)."""
+    statement = f"SELECT {columns} FROM {schema}.{model} WHERE source_relation = %s"
+    return query(warehouse, statement, relation)
+
+
+def london_day(instant: str) -> str:
+    """The Europe/London day of an API timestamp (spec 2.4 counts London days)."""
+    return datetime.fromisoformat(instant).astimezone(LONDON).date().isoformat()
+
+
+def venue_day_figures(
+    key: tuple[int, str], figures: Sequence[int], masked_days: set[tuple[int, str]]
+) -> tuple[int | None, ...]:
+    """A venue-day's visits, unique guests and opt-ins. Two people whose contacts mask alike
+    count as one unique guest: a day's unique guests are compared where no contact was masked."""
+    visits, unique_guests, opt_ins = figures
+    return (visits, None if key in masked_days else unique_guests, opt_ins)
+
+
+def contact_masked(guest: Mapping[str, Any]) -> bool:
+    """The API masked the guest's email or phone (`*`s): the models' `is_masked` rule."""
+    return "*" in f"{guest.get('email') or ''}{guest.get('phone') or ''}"
+
+
+def model_checks(sandbox: SandboxProcess, cluster: LocalCluster) -> dict[str, list[str]]:
+    """Every deployed account's rows of the run's one build (the models schema of the accounts
+    DAG, every account's rows in each model) against its own ground truth: account -> the
+    models that differ, or a line saying nothing was built for it."""
+    problems = {}
+    warehouse = cluster.warehouse()
+    for account in cluster.accounts["accounts"]:
+        name = account["name"]
+        relation = f"guestdata_{name}"  # the account's raw schema: each model row's first column
+        # Rewards off: no members in the truth (the stream is skipped), so none in the models.
+        truth = {"members": [], "member_ledger": [], **sandbox.truth(VARIABLES[account["keys"][0]])}
+        # The audience leaves out masked contacts (a key without contact access, spec 2.8).
+        unmasked = [guest for guest in truth["guests"] if not contact_masked(guest)]
+        audience = expected_audience({**truth, "guests": unmasked})
+        masked_days = {
+            (guest["venue_id"], london_day(guest["visited_at"]))
+            for guest in truth["guests"]
+            if contact_masked(guest)
+        }
+        day_figures = functools.partial(venue_day_figures, masked_days=masked_days)
+        rows = functools.partial(account_rows, warehouse, relation)
+        built: dict[str, Any] = {
+            "stg_guestdata__account": rows(
+                "stg_guestdata__account", "account_id, account_name", f"{MODELS_SCHEMA}_staging"
+            ),
+            "fct_venue_daily": {
+                (venue, day): day_figures((venue, day), figures)
+                for venue, day, *figures in rows(
+                    "fct_venue_daily",
+                    "venue_id, date::text, visits, unique_guests, marketing_opt_ins",
+                )
+            },
+            "marketing_audience": {
+                contact: (visits, venue_ids)
+                for contact, visits, venue_ids in rows(
+                    "marketing_audience", "contact_key, visits, venue_ids"
+                )
+            },
+            "dim_members": {
+                member: tuple(figures)
+                for member, *figures in rows(
+                    "dim_members",
+                    "member_id, member_status, tier_key, points_balance, ledger_points_sum, "
+                    "balance_matches_ledger",
+                )
+            },
+        }
+        expected: dict[str, Any] = {
+            "stg_guestdata__account": [(truth["account"]["account_id"], name)],
+            "fct_venue_daily": {
+                key: day_figures(key, figures)
+                for key, figures in expected_venue_daily(truth).items()
+            },
+            "marketing_audience": {
+                contact: (len(audience.visits[contact]), sorted(set(audience.visits[contact])))
+                for contact in audience.allowed
+            },
+            "dim_members": expected_members(truth),
+        }
+        differ = [
+            f"{model}: {len(built[model])} rows built, {len(expected[model])} in the truth"
+            for model in expected
+            if built[model] != expected[model]
+        ]
+        if not built["fct_venue_daily"]:
+            differ.append("fct_venue_daily: nothing built")
+        if differ:
+            problems[name] = differ
     return problems
 
 

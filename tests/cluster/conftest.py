@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from celery_cluster import ClusterError, require_namespaces
 from cluster_testing import TIME_SCALE, LocalCluster
+from guestdata_cluster import ClusterError, require_namespaces
 from guestdata_sandbox.testing import SandboxProcess
 
 OPT_OUT = "GUESTDATA_SKIP_CLUSTER_TESTS"

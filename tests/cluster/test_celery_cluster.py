@@ -2,14 +2,17 @@
 its own network namespace with its own address, against the sandbox's real limits.
 
 Three sandbox accounts (Growth with Rewards and two keys, a key limited to some venues, Rewards
-off), stream groups core and members, the planner's queues for the accounts (one task each):
+off), stream groups core, members and offers (the Growth account every group), the planner's
+queues for the accounts (one task each):
 
 1. an uninterrupted run (one task per small account, every key of the account in it, the
-   shared rate budget in the broker's Redis): every account's tables equal its truth; each
-   account's requests leave from the address of its queue's worker; no address or key over its
-   ceiling in any rolling window; no 429;
+   shared rate budget in the broker's Redis), then the run's one `dbt_build` of every account's
+   models: every account's tables equal its truth, and so do its rows of the models (its
+   account row, fct_venue_daily, marketing_audience, dim_members); each account's requests
+   leave from the address of its queue's worker; no address or key over its ceiling in any
+   rolling window; no 429;
 2. `down` leaves nothing, and a second `up` works (deploying the Growth account's members
-   group alone, for the next test);
+   group alone, `--no-models`, for the next test);
 3. a worker SIGKILLed in the middle of that member-ledger sync, once Meltano has stored the
    sync's state: the killed task's slots in the shared budget free within one window, the run
    still succeeds after one retry, the tables equal the truth, and the stream's requests stay
@@ -32,7 +35,6 @@ import psycopg
 import pytest
 import redis
 
-from celery_cluster import DAG_ID, ClusterError, Rest
 from cluster_testing import (
     ACCOUNTS,
     HEARTBEAT_TIMEOUT,
@@ -40,17 +42,20 @@ from cluster_testing import (
     NAME,
     PER_ADDRESS,
     PER_KEY,
-    REDIS_DB,
+    POSTGRES_URL,
+    REDIS_URL,
     VARIABLES,
     WINDOW_SECONDS,
     LocalCluster,
     ledger_requests,
+    model_checks,
     requests_by,
     run_dag,
     save_figures,
     table_checks,
     when,
 )
+from guestdata_cluster import DAG_ID, ClusterError, Rest
 from guestdata_sandbox.testing import SandboxProcess, busiest_window
 from plan_workers import planned_seconds
 from support.sandbox import last_seq
@@ -93,7 +98,10 @@ def test_three_accounts_on_two_workers_load_their_truth_within_the_limits(
     }
     plans = {task: ti["state"] for task, ti in run.tasks.items() if task.endswith(".plan")}
     assert plans and set(plans.values()) == {"success"}, plans
+    build = run.tasks["dbt_build"]
+    assert (build["state"], build["try_number"]) == ("success", 1), f"task logs: {cluster.logs}"
     assert table_checks(sandbox, cluster) == {}
+    assert model_checks(sandbox, cluster) == {}
     assert cluster.keys_in_logs() == [], "a key in clear in a log"
     assert cluster.keys_at_rest() == [], "a key left in a file of the workers' project"
     log = sandbox.requests_log(after=first)
@@ -151,6 +159,7 @@ def test_three_accounts_on_two_workers_load_their_truth_within_the_limits(
     active_minutes = {a: max((max(t) - min(t)) / 60, 1 / 60) for a, t in by_address.items()}
     FIGURES.update(
         run_seconds=round(run.seconds, 1),
+        models_build_seconds=round(when(build["end_date"]) - when(build["start_date"]), 1),
         planner_forecast_seconds=round(forecast, 1),
         task_fixed_seconds=fixed,
         requests=len(log),
@@ -187,12 +196,12 @@ def leftovers(cluster: LocalCluster) -> list[str]:
                 continue
             if home in command or f"GUESTDATA_CLUSTER={NAME}\0".encode() in environ:
                 found.append(f"process {proc.name}: {command[:80]}")
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres") as connection:
+    with psycopg.connect(f"{POSTGRES_URL}/postgres") as connection:
         names = connection.execute(
             "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{NAME}\\_%",)
         ).fetchall()
     found += [f"database {name}" for (name,) in names]
-    keys = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB).dbsize()
+    keys = redis.Redis.from_url(REDIS_URL).dbsize()
     found += [f"{keys} Redis keys"] if keys else []
     found += [f"folder {home}"] if cluster.home.exists() else []
     return found
@@ -205,7 +214,7 @@ def test_down_leaves_nothing_and_a_second_up_works(cluster: LocalCluster) -> Non
 
     assert leftovers(cluster) == []
 
-    FIGURES["second_up_seconds"] = round(cluster.up(KILL_ACCOUNTS), 1)
+    FIGURES["second_up_seconds"] = round(cluster.up(KILL_ACCOUNTS, models=False), 1)
     status = cluster.command("status", timeout=60).stdout
     assert "GONE" not in status and "'scheduler': 'healthy'" in status, status
 
@@ -216,13 +225,13 @@ def test_a_worker_killed_mid_ledger_sync_costs_one_retry(
     baseline = FIGURES.get("uninterrupted_ledger_requests")
     assert baseline, "needs the uninterrupted run of the first test (run the whole module)"
     if not cluster.is_up():
-        cluster.up(KILL_ACCOUNTS)
+        cluster.up(KILL_ACCOUNTS, models=False)
     plan = cluster.plan()
     assert list(plan) == [KILLED_TASK]
     keys = keys_of("harbour")  # the kill deployment gives it its first key alone
     worker = int(plan[KILLED_TASK].queue.removeprefix("worker_"))
     state_id = "prod:tap-guestdata-to-target-postgres:harbour"
-    budget = redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB)
+    budget = redis.Redis.from_url(REDIS_URL)
     origin = api_origin(cluster.api_url)
     key_sets = [f"{REDIS_PREFIX}:key:{key_id(origin, key)}" for key in keys]
 

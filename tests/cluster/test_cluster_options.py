@@ -1,0 +1,107 @@
+"""`scripts/cluster up`'s options, without root or a cluster: the PostgreSQL server and the
+Redis db it is given reach every Airflow and pipeline setting, from the root namespace (the
+services' own addresses) and from a worker's namespace (the bridge's forwarders), and they are
+saved with the cluster, so `down`, `status` and `trigger` use them; the models' build is on
+unless `--no-models`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guestdata_cluster import Cluster, ClusterError
+from guestdata_cluster.cli import cluster_of, parser
+from guestdata_cluster.deploy import write_shared_secrets
+from guestdata_cluster.state import DEFAULT_REDIS_DB, LOCAL_POSTGRES, LOCAL_REDIS
+from tap_guestdata.airflow.config import transform_blocks
+
+# A server and a Redis of the operator's own, with credentials (none of them is contacted).
+REDIS = "redis://:broker-secret@10.9.8.7:6380/3"
+POSTGRES = "postgresql://loader:pg-secret@10.9.8.6:5433"
+TRANSFORM = "GUESTDATA_MELTANO_TRANSFORM"  # the DAGs' meltano_transform setting (config.py)
+
+
+def saved_cluster(home: Path, *options: str) -> Cluster:
+    """The cluster `up` would make with `options`, saved and read back as `down` reads it."""
+    args = parser().parse_args(["--home", str(home), "up", "--name", "gdu", *options])
+    cluster = cluster_of(args, home, home / "secrets.json")
+    home.mkdir(exist_ok=True)
+    write_shared_secrets(home)
+    cluster.save()
+    return Cluster.load(home)
+
+
+def test_the_services_given_to_up_reach_every_airflow_and_pipeline_setting(
+    tmp_path: Path,
+) -> None:
+    cluster = saved_cluster(tmp_path, "--redis-url", REDIS, "--postgres-url", POSTGRES)
+    assert (cluster.redis_url, cluster.postgres_url) == (REDIS, POSTGRES)
+
+    for via, host in ((None, "10.9.8.6"), (cluster.gateway, cluster.gateway)):
+        env = {**cluster.airflow_env(via), **cluster.pipeline_env(via)}
+        assert cluster.env(via).items() >= env.items()  # what each process gets
+        broker = f"redis://:broker-secret@{'10.9.8.7' if via is None else host}:6380/3"
+        airflow_db = f"loader:pg-secret@{host}:5433/gdu_airflow"
+        assert env["AIRFLOW__CELERY__BROKER_URL"] == broker
+        assert env["TAP_GUESTDATA_RATE_BUDGET_STORE"] == broker
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == f"postgresql+psycopg2://{airflow_db}"
+        assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] == (
+            f"postgresql+psycopg://{airflow_db}"
+        )
+        assert env["AIRFLOW__CELERY__RESULT_BACKEND"] == f"db+postgresql+psycopg2://{airflow_db}"
+        assert env["MELTANO_DATABASE_URI"] == (
+            f"postgresql+psycopg2://loader:pg-secret@{host}:5433/gdu_meltano"
+        )
+        # target-postgres, and dbt-postgres through the same namespace.
+        assert {name: env[name] for name in env if name.startswith("TARGET_POSTGRES_")} == {
+            "TARGET_POSTGRES_HOST": host,
+            "TARGET_POSTGRES_PORT": "5433",
+            "TARGET_POSTGRES_USER": "loader",
+            "TARGET_POSTGRES_PASSWORD": "pg-secret",
+            "TARGET_POSTGRES_DATABASE": "gdu_warehouse",
+        }
+    # A namespace reaches each service through a forwarder on the bridge, on the service's port.
+    assert cluster.forwarders == {
+        "forward-postgres": (5433, "10.9.8.6", 5433),
+        "forward-redis": (6380, "10.9.8.7", 6380),
+    }
+    assert cluster.maintenance_url() == f"{POSTGRES}/postgres"
+    assert (tmp_path / "cluster.json").stat().st_mode & 0o077 == 0, "passwords: owner only"
+
+
+def test_up_uses_the_shared_local_services_by_default(tmp_path: Path) -> None:
+    cluster = saved_cluster(tmp_path)
+    assert cluster.redis_url == f"{LOCAL_REDIS}/{DEFAULT_REDIS_DB}"
+    assert cluster.postgres_url == LOCAL_POSTGRES
+    assert cluster.env()["AIRFLOW__CELERY__BROKER_URL"] == cluster.redis_url
+    assert cluster.env()["TARGET_POSTGRES_USER"] == "postgres"
+    assert cluster.env()["TARGET_POSTGRES_PASSWORD"] == ""
+
+    other = saved_cluster(tmp_path / "other", "--redis-db", "11")
+    assert other.env(other.gateway)["TAP_GUESTDATA_RATE_BUDGET_STORE"] == (
+        f"redis://{other.gateway}:6379/11"
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("--redis-url", REDIS, "--redis-db", "3"),
+        ("--redis-url", "http://10.9.8.7:6380/3"),
+        ("--postgres-url", "10.9.8.6:5433"),
+        ("--postgres-url", "postgresql://postgres@127.0.0.1:8080"),  # the api-server's port
+    ],
+)
+def test_up_refuses_services_it_cannot_use(tmp_path: Path, options: tuple[str, ...]) -> None:
+    with pytest.raises(ClusterError):
+        saved_cluster(tmp_path, *options)
+
+
+def test_runs_end_with_the_models_build_unless_up_says_no_models(tmp_path: Path) -> None:
+    """The DAG's `meltano_transform` setting, as the dag-processor and workers read it."""
+    with_models = saved_cluster(tmp_path / "models").pipeline_env()
+    loads_only = saved_cluster(tmp_path / "loads", "--no-models").pipeline_env()
+
+    assert transform_blocks(with_models[TRANSFORM], "target-postgres") == ("dbt-postgres:build",)
+    assert transform_blocks(loads_only[TRANSFORM], "target-postgres") == ()
