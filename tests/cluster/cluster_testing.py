@@ -20,6 +20,7 @@ import psycopg
 
 import demo_pipeline
 from guestdata_cluster import DAG_ID, Cluster, Rest, default_accounts, task_label
+from guestdata_cluster.stack import kill_worker
 from guestdata_cluster.state import LOCAL_POSTGRES, LOCAL_REDIS
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import expected_audience, expected_members, expected_venue_daily, query
@@ -167,6 +168,11 @@ class LocalCluster:
     @property
     def state(self) -> Cluster:
         return Cluster.load(self.home)
+
+    def kill_worker(self, worker: int) -> int:
+        """`scripts/cluster kill-worker N` in this process: the kill lands at once, not after a
+        command's start-up (bootstrap, imports), while the task goes on sending requests."""
+        return len(kill_worker(self.state, worker))
 
     def plan(self) -> dict[str, TaskSpec]:
         """The planner's tasks of the daily DAG for the deployed accounts, by the label of
