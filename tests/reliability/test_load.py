@@ -39,6 +39,9 @@ def test_concurrent_taps_with_five_keys_all_finish_without_loss(
             requests_per_minute=200,
             rate_limit_window_seconds=WINDOW_SECONDS,
             max_retries=3,
+            # No shared budget: each tap keeps its own limits, so together they press the
+            # address's ceiling (a shared store would keep them under it, and meet no 429).
+            rate_budget_store="off",
         )
         for key in keys
     ]
