@@ -10,41 +10,59 @@
     comes from the environment, not --args: dbt writes its arguments into logs/dbt.log and
     target/run_results.json. -#}
 
-{#- Every table that can hold an erased person's contact, and what erasing does to its rows. Guest
-    rows keep the arrival (venue, time, consent) and lose the person, so visits still add up to
-    the API's /stats; member rows are anonymised as the API anonymises them (spec 2.8, 3), so
-    ledger lines, rewards and redemptions keep their member. `now`: anonymised_at if unset.
-    Raw tables also say which rows still carry their own contact (`own_contact`): a member
-    anonymised at the vendor holds only asterisks, which erasure_record never suppresses. -#}
+{#- Every table that can hold an erased person's contact, and what erasing does to its rows,
+    from the YAML `meta: erasure` of the sources (_sources.yml) and models (_staging.yml,
+    _marts.yml). Guest rows keep the arrival (venue, time, consent) and lose the person, so visits
+    still add up to the API's /stats; member rows are anonymised as the API anonymises them (spec
+    2.8, 3), so ledger lines, rewards and redemptions keep their member. A raw table's personal
+    fields and what they become come from the stream catalog (personal_fields.sql), plus its
+    `also_set`; a model states its own `set`. Values: placeholder, null, now (anonymised_at if
+    unset), else an SQL expression. Raw tables also say which rows still carry their own contact
+    (`own_contact`): a member anonymised at the vendor holds only asterisks, which erasure_record
+    never suppresses. Raw tables first, then staging, then the marts. -#}
 {% macro erasure_targets() %}
-  {% set erased = erasure_placeholder() %}
-  {{ return([
-      {'name': 'guests', 'raw': true, 'email': 'email', 'phone': 'phone', 'id': 'id',
-       'id_kind': 'guest_id', 'own_contact': '1 = 1',
-       'set': {'name': erased, 'first_name': erased, 'last_name': none, 'email': erased,
-               'phone': erased}},
-      {'name': 'members', 'raw': true, 'email': 'email', 'phone': 'phone_e164', 'id': 'id',
-       'id_kind': 'member_id', 'own_contact': 'anonymised_at is null',
-       'set': {'email': erased, 'phone_e164': erased, 'first_name': erased, 'last_name': none,
-               'date_of_birth': none, 'anonymised_at': 'now'}},
-      {'name': 'stg_guestdata__guests', 'raw': false, 'email': 'email', 'phone': 'phone',
-       'id': 'guest_visit_id', 'id_kind': 'guest_id',
-       'set': {'full_name': erased, 'first_name': erased, 'last_name': none, 'email': erased,
-               'phone': erased, 'contact_key': none, 'contact_type': none,
-               'is_contact_masked': 'true', 'is_erased': 'true'}},
-      {'name': 'stg_guestdata__members', 'raw': false, 'email': 'email', 'phone': 'phone',
-       'id': 'member_id', 'id_kind': 'member_id',
-       'set': {'member_status': "'anonymised'", 'email': erased, 'phone': erased,
-               'contact_key': none, 'is_contact_masked': 'true', 'first_name': erased,
-               'last_name': none, 'date_of_birth': none, 'anonymised_at': 'now',
-               'is_erased': 'true'}},
-      {'name': 'dim_members', 'raw': false, 'email': 'email', 'phone': 'phone', 'id': 'member_id',
-       'id_kind': 'member_id',
-       'set': {'member_status': "'anonymised'", 'email': none, 'phone': none, 'first_name': none,
-               'last_name': none, 'is_contact_masked': 'true', 'anonymised_at': 'now'}},
-      {'name': 'marketing_audience', 'raw': false, 'email': 'email', 'phone': 'phone',
-       'delete': true},
-  ]) }}
+  {% set targets = [] %}
+  {% for source in graph.sources.values() if source.package_name == 'guestdata' %}
+    {% set meta = (source.config.meta if source.config is defined else none) or source.meta or {} %}
+    {% if meta.erasure %}
+      {% set assignments = erased_personal_fields(source.name) %}
+      {% do assignments.update(erasure_meta_values(meta.erasure.get('also_set', {}))) %}
+      {% set target = {'name': source.name, 'raw': true, 'set': assignments} %}
+      {% do target.update(meta.erasure) %}
+      {% do targets.append(target) %}
+    {% endif %}
+  {% endfor %}
+  {% set models = [] %}
+  {% for node in graph.nodes.values() if node.resource_type == 'model' and node.package_name == 'guestdata' %}
+    {% set meta = node.config.meta or node.meta or {} %}
+    {% if meta.erasure %}
+      {#- lineage order: staging before the marts built from it -#}
+      {% set target = {'name': node.name, 'raw': false,
+                       'order': ('0' if 'staging' in node.fqn else '1') ~ node.name} %}
+      {% do target.update(meta.erasure) %}
+      {% do target.update({'set': erasure_meta_values(meta.erasure.get('set', {}))}) %}
+      {% do models.append(target) %}
+    {% endif %}
+  {% endfor %}
+  {{ return(targets + models | sort(attribute='order')) }}
+{% endmacro %}
+
+{#- A stream's personal fields (the stream catalog) and what erasing leaves in each. -#}
+{% macro erased_personal_fields(stream) %}
+  {% set assignments = {} %}
+  {% for field, erased in personal_fields()[stream].items() %}
+    {% do assignments.update({field: erased}) %}
+  {% endfor %}
+  {{ return(erasure_meta_values(assignments)) }}
+{% endmacro %}
+
+{#- YAML meta's words as erasure_update_sql takes them: placeholder -> the placeholder's SQL. -#}
+{% macro erasure_meta_values(assignments) %}
+  {% set values = {} %}
+  {% for column, value in assignments.items() %}
+    {% do values.update({column: erasure_placeholder() if value == 'placeholder' else value}) %}
+  {% endfor %}
+  {{ return(values) }}
 {% endmacro %}
 
 {% macro erase_person(kind=none, identifier=none) %}

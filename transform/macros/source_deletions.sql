@@ -9,14 +9,19 @@
     once the warehouse holds at least rows_read rows of it (version >= read_version): a load
     that lost part of a read flags nothing. A row outside every recorded window is never flagged. -#}
 
+{#- The streams whose deletions are followed (their source's YAML `meta: follow_deletions`): the
+    raw table's time column, and what its personal fields become (the stream catalog). Empty
+    while dbt parses: the graph is read at execution. -#}
 {% macro source_deletion_streams() %}
-  {#- stream: its raw table's venue and time columns, and what its personal fields become -#}
-  {% set erased = erasure_placeholder() %}
-  {{ return([
-      {'name': 'guests', 'time': 'visited_at',
-       'set': {'name': erased, 'first_name': erased, 'last_name': none, 'email': erased,
-               'phone': erased}},
-  ]) }}
+  {% set streams = [] %}
+  {% for source in (graph.sources.values() if execute else []) if source.package_name == 'guestdata' %}
+    {% set meta = (source.config.meta if source.config is defined else none) or source.meta or {} %}
+    {% if meta.follow_deletions %}
+      {% do streams.append({'name': source.name, 'time': meta.follow_deletions.time,
+                            'set': erased_personal_fields(source.name)}) %}
+    {% endif %}
+  {% endfor %}
+  {{ return(streams) }}
 {% endmacro %}
 
 {#- The trusted complete reads of a stream (see above), or none when read_windows or the raw
@@ -98,9 +103,10 @@ group by ids.id
     each covered whole (from covers_from's day up to the day before covers_until's) and when it
     started and finished: a day's guest page was read somewhere in between. -#}
 {% macro guest_reads_sql() -%}
-  {%- set stream = source_deletion_streams()[0] -%}
+  {%- set stream = (source_deletion_streams() | selectattr('name', 'equalto', 'guests') | list
+                    or [none])[0] -%}
   {%- set reads = [] -%}
-  {%- for relation in raw_relations('read_windows') -%}
+  {%- for relation in raw_relations('read_windows') if stream is not none -%}
     {%- set trusted = trusted_reads_sql(stream, relation.schema) -%}
     {%- if trusted is not none -%}
       {%- do reads.append((relation.schema | lower, trusted)) -%}

@@ -1,0 +1,10 @@
+{#- Generated from tap_guestdata/catalog.py by `python -m tap_guestdata.catalog`; do
+    not edit (tests/test_catalog.py fails when it is out of step). Each stream that
+    holds a person's contact, and what erasure and source deletions leave in each of
+    its fields: the placeholder (erasure_placeholder) or null. -#}
+{% macro personal_fields() %}
+  {{ return({
+      'guests': {'name': 'placeholder', 'first_name': 'placeholder', 'last_name': none, 'email': 'placeholder', 'phone': 'placeholder'},
+      'members': {'first_name': 'placeholder', 'last_name': none, 'email': 'placeholder', 'phone_e164': 'placeholder', 'date_of_birth': none},
+  }) }}
+{% endmacro %}
