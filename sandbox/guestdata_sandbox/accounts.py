@@ -38,7 +38,11 @@ ACCOUNTS: dict[int, Account] = {
     1003: Account(1003, "Northgate Leisure Group", GROWTH, False, False, False),
     1004: Account(1004, "Copper Kettle Collective", GROWTH_LITE, True, False, False),
     1005: Account(1005, "Saltmarsh Inns", GROWTH, True, True, False),
+    # Served only with `serve --colliding-account`: its own data under account 1001's ids (the API
+    # promises ids unique within an account, not across accounts).
+    1006: Account(1006, "Harbour Twin Taverns", GROWTH, True, False, False),
 }
+COLLIDING_ACCOUNT = 1006
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ REWARDS_OFF_KEY = "gd_rewards_off"
 NO_REWARDS_PLAN_KEY = "gd_no_rewards_plan"
 LIMITED_ACCESS_KEY = "gd_limited_access"
 REVOKED_KEY = "gd_revoked"
+COLLIDING_KEY = "gd_owner_colliding"  # the owner's key of COLLIDING_ACCOUNT
 SESSION_TOKEN = "session_not_an_api_key"
 RESTRICTED_VENUE_COUNT = 2  # gd_team_some_venues sees the account's two lowest venue ids
 
@@ -85,6 +90,7 @@ _KEYS = [
     ApiKey(NO_REWARDS_PLAN_KEY, 1004, "plan with the API but without Rewards"),
     ApiKey(LIMITED_ACCESS_KEY, 1005, "account in limited access (contacts masked)"),
     ApiKey(REVOKED_KEY, 1001, "revoked key", revoked=True),
+    ApiKey(COLLIDING_KEY, COLLIDING_ACCOUNT, "account 1006, whose ids are account 1001's"),
     ApiKey(SESSION_TOKEN, 1001, "dashboard session token, not an API key", is_api_key=False),
 ]
 KEYS: dict[str, ApiKey] = {api_key.key: api_key for api_key in _KEYS}

@@ -33,6 +33,11 @@ def parser() -> argparse.ArgumentParser:
         "--time-scale", type=float, default=1.0, help="the rate-limit minute lasts 60*F seconds"
     )
     serve.add_argument("--no-limits", action="store_true", help="switch rate limiting off")
+    serve.add_argument(
+        "--colliding-account",
+        action="store_true",
+        help="serve account 1006 too (key gd_owner_colliding): its own data under 1001's ids",
+    )
     bench = commands.add_parser("selfbench", help="measure generation and pages per second")
     bench.add_argument("--size", choices=sorted(SIZES), default="small")
     bench.add_argument("--seconds", type=float, default=5.0)
@@ -41,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> None:
-    store = Store(args.seed, args.size, args.anchor)
+    store = Store(args.seed, args.size, args.anchor, args.colliding_account)
     limiter = RateLimiter(enabled=not args.no_limits, time_scale=args.time_scale)
     server = make_server(args.host, args.port, store, limiter)
     host, port = server.server_address[:2]

@@ -13,7 +13,7 @@ import random
 import time
 
 from guestdata_sandbox import names
-from guestdata_sandbox.accounts import ACCOUNTS
+from guestdata_sandbox.accounts import ACCOUNTS, COLLIDING_ACCOUNT
 from guestdata_sandbox.dataset import ID_BASES, SECONDARY, SIZES, AccountData, Dataset, Size
 from guestdata_sandbox.generate_members import generate_rewards
 from guestdata_sandbox.rules import london_day_end, london_day_start, zone
@@ -22,13 +22,26 @@ from guestdata_sandbox.seeded import stream
 START_MARGIN_S = 60  # generated times end this long before the server started
 
 
-def generate(seed: int, size: str, anchor: dt.date, started_at: float | None = None) -> Dataset:
+def generate(
+    seed: int,
+    size: str,
+    anchor: dt.date,
+    started_at: float | None = None,
+    colliding_account: bool = False,
+) -> Dataset:
+    """`colliding_account`: account 1006 too, its own data drawn under account 1001's ids."""
     began = time.perf_counter()
     started_at = time.time() if started_at is None else started_at
     cutoff = min(london_day_end(anchor), started_at - START_MARGIN_S)
     dataset = Dataset(seed, size, anchor, cutoff, {}, dict(ID_BASES))
     for account in ACCOUNTS.values():
+        if account.account_id == COLLIDING_ACCOUNT and not colliding_account:
+            continue
         shape = SIZES[size] if account.main else SECONDARY
+        if account.account_id == COLLIDING_ACCOUNT:
+            # the ids the first account started from; later ids (mutations) go on after all
+            after_all = dict(dataset.next_ids)
+            dataset.next_ids = dict(ID_BASES)
         data = AccountData(account)
         make_venues(dataset, data, shape)
         make_persons(dataset, data, shape)
@@ -38,6 +51,10 @@ def generate(seed: int, size: str, anchor: dt.date, started_at: float | None = N
         whole_seconds(data)
         data.build_indexes()
         dataset.accounts[account.account_id] = data
+        if account.account_id == COLLIDING_ACCOUNT:
+            dataset.next_ids = {
+                kind: max(n, after_all[kind]) for kind, n in dataset.next_ids.items()
+            }
     dataset.generation_seconds = time.perf_counter() - began
     return dataset
 

@@ -44,8 +44,11 @@ def rng_for(store: Store, purpose: str) -> random.Random:
     return random.Random(f"{store.seed}:mutation:{purpose}:{store.mutation_count}")
 
 
-def find(store: Store, index: str, row_id: Any) -> tuple[AccountData, dict]:
-    for data in store.dataset.accounts.values():
+def find(store: Store, index: str, row_id: Any, account_id: Any = None) -> tuple[AccountData, dict]:
+    """The row of that id: in `account_id` if given (ids may collide across accounts: the
+    colliding account), else in the first account holding it."""
+    accounts = [account_of(store, account_id)] if account_id is not None else None
+    for data in accounts or store.dataset.accounts.values():
         row = getattr(data, index).get(int(row_id))
         if row is not None:
             return data, row
@@ -53,6 +56,11 @@ def find(store: Store, index: str, row_id: Any) -> tuple[AccountData, dict]:
 
 
 def account_of(store: Store, account_id: Any = None, venue_id: Any = None) -> AccountData:
+    if venue_id is not None and account_id is not None:
+        data = account_of(store, account_id)
+        if data.venue(int(venue_id)) is None:
+            raise MutationError(f"no venue {venue_id} in account {account_id}", status=404)
+        return data
     if venue_id is not None:
         for data in store.dataset.accounts.values():
             if data.venue(int(venue_id)) is not None:
@@ -119,17 +127,17 @@ def past_instant(value: str) -> int:
     return int(moment.timestamp())
 
 
-def set_marketing_consent(store: Store, guest_id: Any, value: Any) -> dict:
+def set_marketing_consent(store: Store, guest_id: Any, value: Any, account_id: Any = None) -> dict:
     """spec 2.3: consent is the guest's (person's) answer now, on every arrival row."""
-    data, row = find(store, "guests_by_id", guest_id)
+    data, row = find(store, "guests_by_id", guest_id, account_id)
     data.consent[row["person"]] = bool(value)
     return {"ids": [row["id"]]}
 
 
-def delete_guest(store: Store, guest_id: Any) -> dict:
+def delete_guest(store: Store, guest_id: Any, account_id: Any = None) -> dict:
     """A guest deleted in the service (spec 1): gone from /guests and, in this sandbox, from
     /stats too (its counts are recomputed from the guests still held; docs/sandbox.md)."""
-    data, row = find(store, "guests_by_id", guest_id)
+    data, row = find(store, "guests_by_id", guest_id, account_id)
     index = data.guests.index(row)
     del data.guests[index]
     del data.guest_times[index]  # kept parallel to data.guests (the time index of /guests)
@@ -158,8 +166,8 @@ def settle_member(life: MemberLife, before: int, now: float) -> None:
     member["updated_at"] = now  # spec 4.2 updated_since: points moved
 
 
-def add_ledger_lines(store: Store, member_id: Any, count: int = 1) -> dict:
-    data, member = find(store, "members_by_id", member_id)
+def add_ledger_lines(store: Store, member_id: Any, count: int = 1, account_id: Any = None) -> dict:
+    data, member = find(store, "members_by_id", member_id, account_id)
     life = life_of(store, data, member, "ledger")
     before, ids, now = life.lifetime, [], now_s()
     site = data.venue(member["last_visit_site_id"]) or data.venues[0]
@@ -171,8 +179,10 @@ def add_ledger_lines(store: Store, member_id: Any, count: int = 1) -> dict:
     return {"ids": ids}
 
 
-def update_member(store: Store, member_id: Any, fields: dict | None = None) -> dict:
-    _, member = find(store, "members_by_id", member_id)
+def update_member(
+    store: Store, member_id: Any, fields: dict | None = None, account_id: Any = None
+) -> dict:
+    _, member = find(store, "members_by_id", member_id, account_id)
     now, fields = now_s(), fields or {}
     if "tier_key" in fields:
         keys = {tier["key"] for tier in TIERS}
@@ -231,8 +241,8 @@ def redeem(store: Store, data: AccountData, reward: dict) -> dict:
     return {"redemption_id": redemption["id"], "ledger_ids": ledger_ids}
 
 
-def redeem_reward(store: Store, reward_id: Any) -> dict:
-    data, reward = find(store, "rewards_by_id", reward_id)
+def redeem_reward(store: Store, reward_id: Any, account_id: Any = None) -> dict:
+    data, reward = find(store, "rewards_by_id", reward_id, account_id)
     return redeem(store, data, reward)
 
 
@@ -283,8 +293,8 @@ def add_rewards(store: Store, count: int = 1, account_id: Any = None) -> dict:
     return {"ids": ids}
 
 
-def void_redemption(store: Store, redemption_id: Any) -> dict:
-    _, row = find(store, "redemptions_by_id", redemption_id)
+def void_redemption(store: Store, redemption_id: Any, account_id: Any = None) -> dict:
+    _, row = find(store, "redemptions_by_id", redemption_id, account_id)
     if row["status"] != "completed":
         raise MutationError(f"redemption {row['id']} is {row['status']}, not completed")
     row["status"], row["voided_at"] = "voided", now_s()
@@ -293,9 +303,9 @@ def void_redemption(store: Store, redemption_id: Any) -> dict:
     return {"ids": [row["id"]]}
 
 
-def restore_redemption(store: Store, redemption_id: Any) -> dict:
+def restore_redemption(store: Store, redemption_id: Any, account_id: Any = None) -> dict:
     """spec 3 leaves the restored status unshown; the sandbox answers completed + restored_at."""
-    _, row = find(store, "redemptions_by_id", redemption_id)
+    _, row = find(store, "redemptions_by_id", redemption_id, account_id)
     if row["status"] != "voided":
         raise MutationError(f"redemption {row['id']} is {row['status']}, not voided")
     row["status"], row["restored_at"] = "completed", now_s()
@@ -303,8 +313,8 @@ def restore_redemption(store: Store, redemption_id: Any) -> dict:
     return {"ids": [row["id"]]}
 
 
-def archive_offer(store: Store, offer_id: Any) -> dict:
-    _, row = find(store, "offers_by_id", offer_id)
+def archive_offer(store: Store, offer_id: Any, account_id: Any = None) -> dict:
+    _, row = find(store, "offers_by_id", offer_id, account_id)
     row["status"], row["updated_at"] = "archived", now_s()
     return {"ids": [row["id"]]}
 

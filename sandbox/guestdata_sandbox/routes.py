@@ -56,6 +56,8 @@ def authenticate(store: Store, authorization: str | None) -> ApiKey:
         raise error(401, "Unauthenticated.", "unauthenticated")
     scheme, _, token = authorization.strip().partition(" ")
     api_key = KEYS.get(token.strip()) if scheme.lower() == "bearer" else None
+    if api_key is not None and api_key.account_id not in store.dataset.accounts:
+        api_key = None  # the colliding account's key, served only with --colliding-account
     if api_key is None or api_key.key in store.revoked:  # spec 5.4 and 7: missing, wrong, revoked
         raise error(401, "Unauthenticated.", "unauthenticated")
     if not api_key.is_api_key:  # spec 5.6

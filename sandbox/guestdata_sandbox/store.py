@@ -1,7 +1,8 @@
 """The sandbox's state: the dataset, mutable key/account switches, and render/list caches.
 
 One lock guards everything; handlers hold it while they read or mutate. Encoded rows are cached
-per (resource, id, masked) until a mutation or until the rendering's read-time rule changes.
+per (resource, account, id, masked) until a mutation or until the rendering's read-time rule
+changes.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ LIST_CACHE_LIMIT = 512
 
 
 class Store:
-    def __init__(self, seed: int, size: str, anchor: dt.date | None = None) -> None:
-        self.seed, self.size = seed, size
+    def __init__(
+        self, seed: int, size: str, anchor: dt.date | None = None, colliding_account: bool = False
+    ) -> None:
+        self.seed, self.size, self.colliding_account = seed, size, colliding_account
         self.anchor = anchor or london_today()
         self.lock = threading.RLock()
         self.load()
@@ -34,7 +37,9 @@ class Store:
     def load(self) -> None:
         """(Re)generate the data and reset every switch (POST /_sandbox/reset)."""
         with self.lock:
-            self.dataset: Dataset = generate(self.seed, self.size, self.anchor)
+            self.dataset: Dataset = generate(
+                self.seed, self.size, self.anchor, colliding_account=self.colliding_account
+            )
             self.revoked = {key for key, api_key in KEYS.items() if api_key.revoked}
             self.granted: set[str] = set()
             self.rewards_enabled = {aid: acc.rewards_enabled for aid, acc in ACCOUNTS.items()}
@@ -73,7 +78,12 @@ class Store:
     # ------------------------------------------------------------------ encoding
 
     def encoded(self, kind: str, data: AccountData, row: dict, masked: bool, now: float) -> bytes:
-        cache_key = (kind, row["id"], masked)
+        cache_key = (
+            kind,
+            data.account.account_id,
+            row["id"],
+            masked,
+        )  # ids collide across accounts
         hit = self.encoded_cache.get(cache_key)
         if hit is not None and now < hit[1]:
             return hit[0]

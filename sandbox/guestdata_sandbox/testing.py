@@ -34,8 +34,10 @@ class SandboxProcess:
         anchor: str | None = None,
         host: str = "127.0.0.1",
         startup_timeout: float = STARTUP_TIMEOUT_S,
+        colliding_account: bool = False,
     ) -> None:
         self.size, self.seed, self.time_scale = size, seed, time_scale
+        self.colliding_account = colliding_account  # account 1006 under 1001's ids
         self.limits_enabled = limits  # `limits` is the method that switches them
         self.anchor, self.host, self.startup_timeout = anchor, host, startup_timeout
         self.process: subprocess.Popen[str] | None = None
@@ -52,6 +54,8 @@ class SandboxProcess:
             command.append("--no-limits")
         if self.anchor:
             command += ["--anchor", str(self.anchor)]
+        if self.colliding_account:
+            command.append("--colliding-account")
         return command
 
     def start(self) -> SandboxProcess:

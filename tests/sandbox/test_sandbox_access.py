@@ -23,6 +23,7 @@ def test_every_documented_key_exists() -> None:
         "gd_limited_access",
         "gd_revoked",
         "session_not_an_api_key",
+        "gd_owner_colliding",  # served with --colliding-account only
     }
     assert set(KEYS) == documented
     assert len(OWNER_KEYS) == 5  # spec 5.3: at most 5 keys at once
