@@ -312,9 +312,10 @@ class Person:
         }
 
 
-def person_to_erase(sandbox: SandboxProcess) -> Person:
-    """The consenting guest with the most arrivals who is also a member (not anonymised)."""
-    truth = sandbox.truth(OWNER_KEYS[0])
+def person_to_erase(sandbox: SandboxProcess, key: str = OWNER_KEYS[0]) -> Person:
+    """The consenting guest with the most arrivals who is also a member (not anonymised), in
+    the account of `key`."""
+    truth = sandbox.truth(key)
     members = {m["email"].lower(): m for m in truth["members"] if not m["anonymised_at"]}
     arrivals: dict[str, list[dict]] = defaultdict(list)
     for guest in truth["guests"]:

@@ -1,19 +1,21 @@
 """One set of models for two accounts whose ids collide (docs/transform.md "Across accounts").
 
-The module's load (raw schema `guestdata`) and a second account's load of the same ids (raw
-schema `guestdata_twin`), built once into one models schema from every raw schema matching
-`guestdata%`. Each account's rows equal its truth; a full refresh, a deletion followed and an
+The sandbox serves account 1006 (`--colliding-account`): its own data under account 1001's ids.
+The module's load of 1001 (raw schema `guestdata`) and 1006's load (raw schema
+`guestdata_twin`) are built once into one models schema from every raw schema matching
+`guestdata%`. Each account's rows equal its own truth; a full refresh, a deletion followed and an
 erasure in the twin leave the first account's rows exactly as they were.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.accounts import COLLIDING_ACCOUNT, COLLIDING_KEY, OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
     MARTS,
@@ -38,6 +40,13 @@ EVERY_ACCOUNT = {"GUESTDATA_RAW_SCHEMAS": "guestdata%", "GUESTDATA_DBT_SCHEMA": 
 
 
 @pytest.fixture(scope="module")
+def sandbox() -> Iterator[SandboxProcess]:
+    """The module's sandbox (tests/transform/conftest.py's), serving the colliding account too."""
+    with SandboxProcess(size="small", seed=31, limits=False, colliding_account=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def twin(
     loaded: MeltanoProject,
     sandbox: SandboxProcess,
@@ -45,7 +54,7 @@ def twin(
     e2e_database: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> MeltanoProject:
-    """The same ids loaded again as another account's raw schema."""
+    """Account 1006, whose ids are the module's account's, in a raw schema of its own."""
     project = meltano_project(
         sandbox,
         pg_server,
@@ -53,6 +62,7 @@ def twin(
         tmp_path_factory.mktemp("dbt-target-twin"),
         tmp_path_factory.mktemp("logs-twin"),
         TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA=TWIN,
+        TAP_GUESTDATA_API_KEY=COLLIDING_KEY,
     )
     project.run(*RUN_ALL)
     return project
@@ -100,24 +110,28 @@ def test_one_build_holds_both_accounts_each_equal_to_its_truth(
     run = every_account.build()
     assert run.returncode == 0, run.output[-3000:]
     assert set(run.statuses("test").values()) == {"pass"}
-    truth = sandbox.truth(OWNER_KEYS[0])
+    truth = {RAW_SCHEMA: sandbox.truth(OWNER_KEYS[0]), TWIN: sandbox.truth(COLLIDING_KEY)}
     accounts = query(
         conninfo,
         f"SELECT source_relation, account_id, account_name FROM {MODELS}_staging."
         "stg_guestdata__account ORDER BY source_relation",
     )
-    account_id = truth["account"]["account_id"]
-    assert accounts == [(RAW_SCHEMA, account_id, None), (TWIN, account_id, "twin")]
-    expected = expected_venue_daily(truth)
-    for account in (RAW_SCHEMA, TWIN):
+    first_id = truth[RAW_SCHEMA]["account"]["account_id"]
+    assert accounts == [(RAW_SCHEMA, first_id, None), (TWIN, COLLIDING_ACCOUNT, "twin")]
+    for account, its_truth in truth.items():
+        expected = expected_venue_daily(its_truth)
         built = venue_days(conninfo, account)
-        assert {key: built[key] for key in expected} == expected, account
-    # The same guest ids in both accounts, each once per account.
-    assert query(
-        conninfo,
-        f"SELECT count(*), count(DISTINCT guest_visit_id) "
-        f"FROM {MODELS}_staging.stg_guestdata__guests",
-    ) == [(2 * len(truth["guests"]), len(truth["guests"]))]
+        assert expected and {key: built[key] for key in expected} == expected, account
+        guests = query(
+            conninfo,
+            f"SELECT guest_visit_id, email FROM {MODELS}_staging.stg_guestdata__guests "
+            "WHERE source_relation = %s ORDER BY guest_visit_id",
+            account,
+        )
+        assert guests == sorted((g["id"], g["email"]) for g in its_truth["guests"]), account
+    # The ids collide: every guest id of the twin is also one of the first account's.
+    twin_ids = {g["id"] for g in truth[TWIN]["guests"]}
+    assert twin_ids and twin_ids <= {g["id"] for g in truth[RAW_SCHEMA]["guests"]}
 
 
 def test_a_full_refresh_a_deletion_and_an_erasure_in_one_account_leave_the_other_unchanged(
@@ -132,9 +146,14 @@ def test_a_full_refresh_a_deletion_and_an_erasure_in_one_account_leave_the_other
     first_before = rows_of(conninfo, RAW_SCHEMA)
     twin_before = rows_of(conninfo, TWIN)
     guests = sandbox.truth(OWNER_KEYS[0], "guests")
-    person = person_to_erase(sandbox)
-    deleted = next(g for g in guests if g["email"].lower() != person.email)
-    sandbox.mutate("delete_guest", guest_id=deleted["id"])
+    twin_guests = sandbox.truth(COLLIDING_KEY, "guests")
+    person = person_to_erase(sandbox, COLLIDING_KEY)
+    # a twin guest whose id the first account holds too, not the person erased below
+    deleted = next(g for g in twin_guests if g["email"].lower() != person.email)
+    audience = f"SELECT count(*) FROM {MODELS}.marketing_audience WHERE source_relation = %s"
+    in_audience = audience + " AND contact_key = %s"
+    assert query(conninfo, in_audience, TWIN, person.email) == [(1,)]
+    sandbox.mutate("delete_guest", guest_id=deleted["id"], account_id=COLLIDING_ACCOUNT)
     twin.run(*REFRESH_LOAD_ONLY)  # the twin's full refresh, which follows the deletion
     erase_in_twin = every_account_dbt(
         pg_server, e2e_database, tmp_path_factory.mktemp("dbt-erase-twin"), raw_schema=TWIN
@@ -150,12 +169,14 @@ def test_a_full_refresh_a_deletion_and_an_erasure_in_one_account_leave_the_other
     assert rows_of(conninfo, TWIN) != twin_before
     visits = f"SELECT sum(visits) FROM {MODELS}.fct_venue_daily WHERE source_relation = %s"
     assert query(conninfo, visits, RAW_SCHEMA) == [(len(guests),)]
-    assert query(conninfo, visits, TWIN) == [(len(guests) - 1,)]
-    audience = (
-        f"SELECT source_relation FROM {MODELS}.marketing_audience WHERE contact_key = %s "
-        "ORDER BY source_relation"
-    )
-    assert query(conninfo, audience, person.email) == [(RAW_SCHEMA,)]
+    assert query(conninfo, visits, TWIN) == [(len(twin_guests) - 1,)]
+    held = f"SELECT count(*) FROM {MODELS}_staging.stg_guestdata__guests WHERE source_relation = %s"
+    deleted_held = held + " AND guest_visit_id = %s"
+    assert query(conninfo, deleted_held, RAW_SCHEMA, deleted["id"]) == [(1,)]  # the same id
+    assert query(conninfo, deleted_held, TWIN, deleted["id"]) == [(0,)]
+    by_email = held + " AND lower(email) = %s"
+    assert query(conninfo, by_email, TWIN, person.email) == [(0,)]
+    assert query(conninfo, in_audience, TWIN, person.email) == [(0,)]
 
 
 def test_the_pattern_leaves_out_schemas_without_the_account_table(

@@ -213,3 +213,47 @@ def test_the_equivalence_compares_real_rows(conninfo: str, compare: Any) -> None
     )
     with pytest.raises(AssertionError, match="fct_venue_daily"):
         compare()
+
+
+def test_the_deletions_hook_reads_only_the_reads_loaded_since_the_last_build(
+    loaded: MeltanoProject, dbt: Dbt, conninfo: str
+) -> None:
+    """The source-deletions hook applies a read at the first build after its load: a read loaded
+    before the last build (here, one made up to flag a whole day) is not read again, nor the raw
+    rows of its window; `--full-refresh` reads every read again, and so applies it."""
+    start = dt.datetime.combine(london_day(20), dt.time(0), tzinfo=LONDON)
+    end = start + dt.timedelta(days=1)
+    raw = f"{RAW_SCHEMA}.guests"
+    ((venue_id, arrivals),) = query(
+        conninfo,
+        f"SELECT venue_id, count(*) FROM {raw} WHERE visited_at >= %s AND visited_at < %s "
+        "AND _sdc_deleted_at IS NULL GROUP BY venue_id ORDER BY count(*) DESC, venue_id LIMIT 1",
+        start,
+        end,
+    )
+    flagged = (
+        f"SELECT count(*) FROM {raw} WHERE venue_id = %s AND visited_at >= %s "
+        "AND visited_at < %s AND _sdc_deleted_at IS NOT NULL"
+    )
+    # A complete read of that venue's day that returned no row, newer than every raw row, and
+    # loaded two days ago: applied, it flags the day's arrivals as deleted at the source.
+    two_days_ago = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=2)
+    query(
+        conninfo,
+        f"INSERT INTO {RAW_SCHEMA}.read_windows (stream, venue_id, read_version, "
+        "read_started_at, covers_from, covers_until, rows_read, completed_at, _sdc_batched_at) "
+        f"SELECT 'guests', %s, max(_sdc_table_version) + 1, %s, %s, %s, 0, %s, %s FROM {raw} "
+        "RETURNING 1",
+        venue_id,
+        two_days_ago,
+        start,
+        end,
+        two_days_ago,
+        two_days_ago,
+    )
+    incremental = dbt.run("run")
+    assert incremental.returncode == 0, incremental.output[-3000:]
+    assert query(conninfo, flagged, venue_id, start, end) == [(0,)]
+    full = dbt.run("run", "--full-refresh")
+    assert full.returncode == 0, full.output[-3000:]
+    assert arrivals > 0 and query(conninfo, flagged, venue_id, start, end) == [(arrivals,)]

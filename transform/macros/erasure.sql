@@ -103,7 +103,8 @@
   {% set counts, requests = {}, [] %}
   {% for context in contexts %}
     {% do erasure_check_salt(context) %}
-    {% for name, count in erasure_apply(context).items() %}
+    {#- a person a sync brought back is in a raw row loaded since the last build -#}
+    {% for name, count in erasure_apply(context, hook_since_sql(context.account)).items() %}
       {% do counts.update({name: counts.get(name, 0) + count}) %}
     {% endfor %}
     {% do requests.append(run_query('select count(distinct request_hash) from ' ~ context.table).columns[0].values()[0] | int) %}
@@ -262,8 +263,9 @@
 {% endmacro %}
 
 {#- Erase every suppressed person from every table that exists. Only rows not yet in their erased
-    form change, so the counts are rows changed and a second run changes (and counts) nothing. -#}
-{% macro erasure_apply(context) %}
+    form change, so the counts are rows changed and a second run changes (and counts) nothing.
+    `since` (hook_since_sql): of the raw tables, only the rows loaded since then. -#}
+{% macro erasure_apply(context, since=none) %}
   {% set counts = {} %}
   {% for target in erasure_targets() %}
     {% set relation = erasure_raw_relation(target.name, context.account) if target.raw
@@ -274,6 +276,8 @@
       {#- the models hold every account: only this account's rows (ids collide across accounts) -#}
       {% if not target.raw %}
         {% set match = "lower(source_relation) = '" ~ context.account ~ "' and " ~ match %}
+      {% else %}
+        {% set match = loaded_since(since) ~ " and " ~ match %}
       {% endif %}
       {% if target.get('delete') %}
         {% set sql = 'delete from ' ~ relation ~ ' where ' ~ match %}

@@ -8,6 +8,38 @@
     lookback only covers a batch stamped before the last build and committed after it.
     `dbt build --full-refresh` rebuilds from every raw row. -#}
 
+{#- How far before its watermark an incremental build reads again (hours). -#}
+{% macro incremental_lookback_hours() %}
+  {{ return(var('guestdata_incremental_lookback_hours', env_var('GUESTDATA_INCREMENTAL_LOOKBACK_HOURS', '6')) | int) }}
+{% endmacro %}
+
+{#- Where the on-run-start hooks (source deletions, erasure) start reading an account's raw rows,
+    as an SQL expression: the newest loader time the models were built from (that account's rows
+    of stg_guestdata__guests), less the lookback. none (read every row) on --full-refresh and
+    before the models exist; the expression is null for an account they do not hold yet. What
+    the hooks did at earlier builds stays done: a raw row loaded before the watermark was read
+    by an earlier hook, and a new read or a new row is loaded after it. -#}
+{% macro hook_since_sql(schema) %}
+  {% if flags.FULL_REFRESH %}
+    {{ return(none) }}
+  {% endif %}
+  {% set staged = erasure_model_relation('stg_guestdata__guests') %}
+  {% if staged is none %}
+    {{ return(none) }}
+  {% endif %}
+  {{ return("(select " ~ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)')
+            ~ " from " ~ staged ~ " where lower(source_relation) = '" ~ schema | lower ~ "')") }}
+{% endmacro %}
+
+{#- A raw row loaded at or after the hook's watermark (every row without one). -#}
+{% macro loaded_since(since, column='_sdc_batched_at') -%}
+  {%- if since is none -%}
+    (1 = 1)
+  {%- else -%}
+    coalesce({{ column }} >= {{ since }}, true)
+  {%- endif -%}
+{%- endmacro %}
+
 {#- The model's config: incremental on its account-qualified key. on_schema_change ignore: the
     batch's tombstone column stays out of the table (a new model column takes --full-refresh).
     tmp_relation_type transient: the batch is a table, so the delete and the insert read the
@@ -26,7 +58,7 @@
 {#- A raw row the loader changed since this model's last build (less the lookback). -#}
 {% macro changed_since_last_build(rows) -%}
   {%- set since -%}
-    (select {{ dbt.dateadd('hour', -1 * var('guestdata_incremental_lookback_hours', env_var('GUESTDATA_INCREMENTAL_LOOKBACK_HOURS', '6')) | int, 'max(loaded_at)') }} from {{ this }})
+    (select {{ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)') }} from {{ this }})
   {%- endset -%}
   (coalesce({{ rows }}._sdc_batched_at >= {{ since }}, true) or {{ rows }}._sdc_deleted_at >= {{ since }})
 {%- endmacro %}
@@ -65,7 +97,7 @@ select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is
 
 {#- The mart's watermark: the newest loader time its rows were computed from, less the lookback. -#}
 {% macro mart_since() -%}
-  (select coalesce({{ dbt.dateadd('hour', -1 * var('guestdata_incremental_lookback_hours', env_var('GUESTDATA_INCREMENTAL_LOOKBACK_HOURS', '6')) | int, 'max(loaded_at)') }}, cast('1900-01-01' as {{ dbt.type_timestamp() }})) from {{ this }})
+  (select coalesce({{ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)') }}, cast('1900-01-01' as {{ dbt.type_timestamp() }})) from {{ this }})
 {%- endmacro %}
 
 {#- The larger of two values, either of which may be null (Snowflake's greatest returns null when

@@ -25,8 +25,9 @@
 {% endmacro %}
 
 {#- The trusted complete reads of a stream (see above), or none when read_windows or the raw
-    table does not exist yet (the tap before 0.2, or read_windows not selected). -#}
-{% macro trusted_reads_sql(stream, schema=none) %}
+    table does not exist yet (the tap before 0.2, or read_windows not selected). `since` (an SQL
+    expression, hook_since_sql): only the reads loaded since then. -#}
+{% macro trusted_reads_sql(stream, schema=none, since=none) %}
   {% set windows = erasure_raw_relation('read_windows', schema) if execute else none %}
   {% set raw = erasure_raw_relation(stream.name, schema) if execute else none %}
   {% if windows is none or raw is none %}
@@ -41,20 +42,28 @@
     ~ " and held." ~ stream.time ~ " >= reads.covers_from"
     ~ " and held." ~ stream.time ~ " < reads.covers_until"
     ~ " and held._sdc_table_version >= reads.read_version"
-    ~ " where reads.stream = '" ~ stream.name ~ "'"
+    ~ " where reads.stream = '" ~ stream.name ~ "' and " ~ loaded_since(since, 'reads._sdc_batched_at')
     ~ " group by reads.venue_id, reads.read_version, reads.read_started_at, reads.covers_from,"
     ~ " reads.covers_until, reads.completed_at, reads.rows_read"
     ~ " having count(distinct held.id) >= reads.rows_read"
   ) }}
 {% endmacro %}
 
-{#- Ids of the stream's raw rows deleted in the source, with when that was first seen. -#}
-{% macro deleted_in_source_sql(stream, trusted, schema=none) -%}
+{#- Ids of the stream's raw rows deleted in the source, with when that was first seen. With
+    `since` (the hook's watermark), only the rows inside the windows of the reads loaded since:
+    an older read was applied by an earlier build, and a row loaded later is newer than it. -#}
+{% macro deleted_in_source_sql(stream, trusted, schema=none, since=none) -%}
 select ids.id as deleted_id, min(trusted.completed_at) as deleted_seen_at
 from (
     select id, venue_id, min({{ stream.time }}) as row_time,
         max(coalesce(_sdc_table_version, 0)) as newest_version
     from {{ erasure_raw_relation(stream.name, schema) }}
+    {%- if since is not none %}
+    where {{ stream.time }} >= (
+        select min(covers_from) from {{ erasure_raw_relation('read_windows', schema) }}
+        where stream = '{{ stream.name }}' and {{ loaded_since(since) }}
+    )
+    {%- endif %}
     group by id, venue_id
 ) as ids
 inner join ({{ trusted }}) as trusted
@@ -77,10 +86,11 @@ group by ids.id
   {% set schemas = raw_relations('read_windows') | map(attribute='schema') | list %}
   {% for schema in schemas %}
   {% for stream in source_deletion_streams() %}
-    {% set trusted = trusted_reads_sql(stream, schema) %}
+    {% set since = hook_since_sql(schema) %}
+    {% set trusted = trusted_reads_sql(stream, schema, since) %}
     {% if trusted is not none %}
       {% set relation = erasure_raw_relation(stream.name, schema) %}
-      {% set match = "id in (select deleted_id from (" ~ deleted_in_source_sql(stream, trusted, schema)
+      {% set match = "id in (select deleted_id from (" ~ deleted_in_source_sql(stream, trusted, schema, since)
                      ~ ") as deleted_in_source)" %}
       {% set assignments = {} %}
       {% do assignments.update(stream.set) %}
