@@ -23,7 +23,7 @@
 {% macro erasure_targets() %}
   {% set targets = [] %}
   {% for source in graph.sources.values() if source.package_name == 'guestdata' %}
-    {% set meta = (source.config.meta if source.config is defined else none) or source.meta or {} %}
+    {% set meta = source_meta(source) %}
     {% if meta.erasure %}
       {% set assignments = erased_personal_fields(source.name) %}
       {% do assignments.update(erasure_meta_values(meta.erasure.get('also_set', {}))) %}
@@ -49,11 +49,12 @@
 
 {#- A stream's personal fields (the stream catalog) and what erasing leaves in each. -#}
 {% macro erased_personal_fields(stream) %}
-  {% set assignments = {} %}
-  {% for field, erased in personal_fields()[stream].items() %}
-    {% do assignments.update({field: erased}) %}
-  {% endfor %}
-  {{ return(erasure_meta_values(assignments)) }}
+  {{ return(erasure_meta_values(personal_fields()[stream])) }}
+{% endmacro %}
+
+{#- A source table's YAML meta (under `config:` or beside it). -#}
+{% macro source_meta(source) %}
+  {{ return((source.config.meta if source.config is defined else none) or source.meta or {}) }}
 {% endmacro %}
 
 {#- YAML meta's words as erasure_update_sql takes them: placeholder -> the placeholder's SQL. -#}
@@ -100,11 +101,11 @@
   {% if not contexts %}
     {{ return('') }}
   {% endif %}
-  {% set counts, requests = {}, [] %}
+  {% set counts, requests, watermarks = {}, [], hook_watermarks() %}
   {% for context in contexts %}
     {% do erasure_check_salt(context) %}
     {#- a person a sync brought back is in a raw row loaded since the last build -#}
-    {% for name, count in erasure_apply(context, hook_since_sql(context.account)).items() %}
+    {% for name, count in erasure_apply(context, watermarks.get(context.account)).items() %}
       {% do counts.update({name: counts.get(name, 0) + count}) %}
     {% endfor %}
     {% do requests.append(run_query('select count(distinct request_hash) from ' ~ context.table).columns[0].values()[0] | int) %}
@@ -264,7 +265,7 @@
 
 {#- Erase every suppressed person from every table that exists. Only rows not yet in their erased
     form change, so the counts are rows changed and a second run changes (and counts) nothing.
-    `since` (hook_since_sql): of the raw tables, only the rows loaded since then. -#}
+    `since` (hook_watermarks): of the raw tables, only the rows loaded since then. -#}
 {% macro erasure_apply(context, since=none) %}
   {% set counts = {} %}
   {% for target in erasure_targets() %}

@@ -13,22 +13,30 @@
   {{ return(var('guestdata_incremental_lookback_hours', env_var('GUESTDATA_INCREMENTAL_LOOKBACK_HOURS', '6')) | int) }}
 {% endmacro %}
 
-{#- Where the on-run-start hooks (source deletions, erasure) start reading an account's raw rows,
-    as an SQL expression: the newest loader time the models were built from (that account's rows
-    of stg_guestdata__guests), less the lookback. none (read every row) on --full-refresh and
-    before the models exist; the expression is null for an account they do not hold yet. What
-    the hooks did at earlier builds stays done: a raw row loaded before the watermark was read
-    by an earlier hook, and a new read or a new row is loaded after it. -#}
-{% macro hook_since_sql(schema) %}
-  {% if flags.FULL_REFRESH %}
-    {{ return(none) }}
-  {% endif %}
-  {% set staged = erasure_model_relation('stg_guestdata__guests') %}
+{#- Where the on-run-start hooks (source deletions, erasure) start reading each account's raw
+    rows: {raw schema (lower case): an SQL literal}, the newest loader time the models were
+    built from (that account's rows of stg_guestdata__guests), less the lookback. One query for
+    every account (a subquery per account would read the whole model once per account). Empty
+    (read every row) on --full-refresh and before the models exist; an account they do not hold
+    yet has no entry. What the hooks did at earlier builds stays done: a raw row loaded before
+    the watermark was read by an earlier hook, and a new read or a new row is loaded after it.
+    The value goes through text and back to the column's own type, in the same warehouse. -#}
+{% macro hook_watermarks() %}
+  {% set staged = none if flags.FULL_REFRESH else erasure_model_relation('stg_guestdata__guests') %}
   {% if staged is none %}
-    {{ return(none) }}
+    {{ return({}) }}
   {% endif %}
-  {{ return("(select " ~ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)')
-            ~ " from " ~ staged ~ " where lower(source_relation) = '" ~ schema | lower ~ "')") }}
+  {% set loaded_at = adapter.get_columns_in_relation(staged)
+                     | selectattr('name', 'in', ['loaded_at', 'LOADED_AT']) | first %}
+  {% set found = run_query(
+      "select lower(source_relation), cast("
+      ~ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)')
+      ~ " as " ~ dbt.type_string() ~ ") from " ~ staged ~ " group by lower(source_relation)") %}
+  {% set watermarks = {} %}
+  {% for account, since in found.rows if since is not none %}
+    {% do watermarks.update({account: "cast('" ~ since ~ "' as " ~ loaded_at.data_type ~ ")"}) %}
+  {% endfor %}
+  {{ return(watermarks) }}
 {% endmacro %}
 
 {#- A raw row loaded at or after the hook's watermark (every row without one). -#}

@@ -15,7 +15,7 @@
 {% macro source_deletion_streams() %}
   {% set streams = [] %}
   {% for source in (graph.sources.values() if execute else []) if source.package_name == 'guestdata' %}
-    {% set meta = (source.config.meta if source.config is defined else none) or source.meta or {} %}
+    {% set meta = source_meta(source) %}
     {% if meta.follow_deletions %}
       {% do streams.append({'name': source.name, 'time': meta.follow_deletions.time,
                             'set': erased_personal_fields(source.name)}) %}
@@ -26,7 +26,7 @@
 
 {#- The trusted complete reads of a stream (see above), or none when read_windows or the raw
     table does not exist yet (the tap before 0.2, or read_windows not selected). `since` (an SQL
-    expression, hook_since_sql): only the reads loaded since then. -#}
+    literal, hook_watermarks): only the reads loaded since then. -#}
 {% macro trusted_reads_sql(stream, schema=none, since=none) %}
   {% set windows = erasure_raw_relation('read_windows', schema) if execute else none %}
   {% set raw = erasure_raw_relation(stream.name, schema) if execute else none %}
@@ -82,11 +82,11 @@ group by ids.id
   {% if not execute or (on_run_start and flags.WHICH not in ['build', 'run', 'test', 'retry']) %}
     {{ return('') }}
   {% endif %}
-  {% set counts = {} %}
+  {% set counts, watermarks = {}, hook_watermarks() %}
   {% set schemas = raw_relations('read_windows') | map(attribute='schema') | list %}
   {% for schema in schemas %}
   {% for stream in source_deletion_streams() %}
-    {% set since = hook_since_sql(schema) %}
+    {% set since = watermarks.get(schema | lower) %}
     {% set trusted = trusted_reads_sql(stream, schema, since) %}
     {% if trusted is not none %}
       {% set relation = erasure_raw_relation(stream.name, schema) %}
