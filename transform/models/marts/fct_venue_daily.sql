@@ -77,12 +77,29 @@ touched_guest_days as (
     where deleted._sdc_deleted_at >= since.since
 ),
 
+-- The first day a venue can have a row: its creation, or an earlier arrival (kept, as below).
+venue_first_days as (
+    select source_relation, venue_id, min(first_day) as first_day
+    from (
+        select source_relation, venue_id, created_on as first_day from venues
+        union all
+        select source_relation, venue_id, min(visited_on) from all_guests
+        group by source_relation, venue_id
+    ) as firsts
+    group by source_relation, venue_id
+),
+
 -- Every day of a trusted read that is new or covers a changed guest day (a read becomes
--- trusted once its rows are held).
+-- trusted once its rows are held), from the venue's first day: a first read covers days from
+-- 1970, and the days before a venue's first have no row to recompute.
 touched_reads as (
     select distinct guest_reads.source_relation, guest_reads.venue_id,
-        guest_reads.covered_from_day, guest_reads.covered_until_day
+        {{ greatest_of('guest_reads.covered_from_day', 'venue_first_days.first_day') }} as covered_from_day,
+        guest_reads.covered_until_day
     from guest_reads
+    inner join venue_first_days
+        on venue_first_days.source_relation = guest_reads.source_relation
+        and venue_first_days.venue_id = guest_reads.venue_id
     cross join since
     left join touched_guest_days as touched
         on touched.source_relation = guest_reads.source_relation
