@@ -13,7 +13,7 @@ import random
 import time
 
 from guestdata_sandbox import names
-from guestdata_sandbox.accounts import ACCOUNTS, COLLIDING_ACCOUNT
+from guestdata_sandbox.accounts import ACCOUNTS, COLLIDING_ACCOUNT, Account
 from guestdata_sandbox.dataset import ID_BASES, SECONDARY, SIZES, AccountData, Dataset, Size
 from guestdata_sandbox.generate_members import generate_rewards
 from guestdata_sandbox.rules import london_day_end, london_day_start, zone
@@ -35,28 +35,29 @@ def generate(
     cutoff = min(london_day_end(anchor), started_at - START_MARGIN_S)
     dataset = Dataset(seed, size, anchor, cutoff, {}, dict(ID_BASES))
     for account in ACCOUNTS.values():
-        if account.account_id == COLLIDING_ACCOUNT and not colliding_account:
-            continue
-        shape = SIZES[size] if account.main else SECONDARY
-        if account.account_id == COLLIDING_ACCOUNT:
-            # the ids the first account started from; later ids (mutations) go on after all
-            after_all = dict(dataset.next_ids)
-            dataset.next_ids = dict(ID_BASES)
-        data = AccountData(account)
-        make_venues(dataset, data, shape)
-        make_persons(dataset, data, shape)
-        make_guests(dataset, data, shape)
-        if account.plan.rewards:  # accounts whose plan has Rewards have a programme
-            generate_rewards(dataset, data, shape)
-        whole_seconds(data)
-        data.build_indexes()
-        dataset.accounts[account.account_id] = data
-        if account.account_id == COLLIDING_ACCOUNT:
-            dataset.next_ids = {
-                kind: max(n, after_all[kind]) for kind, n in dataset.next_ids.items()
-            }
+        if account.account_id != COLLIDING_ACCOUNT:
+            make_account(dataset, account, size)
+    if colliding_account:
+        # Its ids drawn again from the bases (account 1001's); later ids go on after them all.
+        after_all, dataset.next_ids = dataset.next_ids, dict(ID_BASES)
+        make_account(dataset, ACCOUNTS[COLLIDING_ACCOUNT], size)
+        dataset.next_ids = {kind: max(n, after_all[kind]) for kind, n in dataset.next_ids.items()}
     dataset.generation_seconds = time.perf_counter() - began
     return dataset
+
+
+def make_account(dataset: Dataset, account: Account, size: str) -> None:
+    """One account's rows, drawn from its own random streams, with ids from the dataset's."""
+    shape = SIZES[size] if account.main else SECONDARY
+    data = AccountData(account)
+    make_venues(dataset, data, shape)
+    make_persons(dataset, data, shape)
+    make_guests(dataset, data, shape)
+    if account.plan.rewards:  # accounts whose plan has Rewards have a programme
+        generate_rewards(dataset, data, shape)
+    whole_seconds(data)
+    data.build_indexes()
+    dataset.accounts[account.account_id] = data
 
 
 TIME_FIELDS = frozenset(
