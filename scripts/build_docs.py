@@ -5,6 +5,8 @@
 - docs/tap.md's "Stream groups" table, between its begin and end markers, is the catalog of
   streams (tap_guestdata/catalog.py): each stream's group, window, weekly refresh and personal
   fields, the facts the DAGs, the reloads and the dbt project read from the same place.
+- transform/macros/personal_fields.sql, whole, is the catalog's personal fields for dbt (which
+  cannot import Python): each stream's, and what erasure leaves in each.
 
 `--check` exits 1 if a page is not what this script would write (tests/test_readme.py runs it).
 
@@ -34,6 +36,7 @@ STREAMS_BEGIN = (
     " marker. -->"
 )
 STREAMS_END = "<!-- End of the generated stream groups. -->"
+DBT_MACRO = ROOT / "transform" / "macros" / "personal_fields.sql"
 
 
 def json_types(schema: Mapping[str, Any]) -> list[str]:
@@ -139,8 +142,38 @@ def build_streams_page() -> str:
     return f"{head}{STREAMS_BEGIN}\n\n{stream_groups()}\n\n{STREAMS_END}{tail}"
 
 
+def personal_fields_macro() -> str:
+    """The dbt macro `personal_fields()`: each stream's personal fields and what erasing leaves
+    in each (the placeholder, or null: catalog.ERASED_TO_NULL)."""
+    streams = []
+    for stream, fields in catalog.personal_fields().items():
+        erased = ", ".join(
+            f"'{field}': {'none' if field in catalog.ERASED_TO_NULL else repr('placeholder')}"
+            for field in fields
+        )
+        streams.append(f"      '{stream}': {{{erased}}},")
+    return "\n".join(
+        [
+            "{#- Generated from tap_guestdata/catalog.py by scripts/build_docs.py; do not edit",
+            "    (its --check, run by tests/test_readme.py, fails when it is out of step). Each",
+            "    stream that holds a person's contact, and what erasure and source deletions",
+            "    leave in each of its fields: the placeholder (erasure_placeholder) or null. -#}",
+            "{% macro personal_fields() %}",
+            "  {{ return({",
+            *streams,
+            "  }) }}",
+            "{% endmacro %}",
+            "",
+        ]
+    )
+
+
 def main() -> int:
-    pages = {PAGE: build(cli_about()), STREAMS_PAGE: build_streams_page()}
+    pages = {
+        PAGE: build(cli_about()),
+        STREAMS_PAGE: build_streams_page(),
+        DBT_MACRO: personal_fields_macro(),
+    }
     if "--check" in sys.argv[1:]:
         stale = [page for page, text in pages.items() if page.read_text() != text]
         for page in stale:

@@ -1,17 +1,15 @@
 """The catalog of streams: each stream's group, window and personal fields, stated once.
 
 The tap's stream list, the Airflow DAGs (their stream groups, the weekly refresh, reloads), the
-docs' tables and the dbt layer (erasure, source deletions) take these facts from here: dbt through
-transform/macros/personal_fields.sql, which `python -m tap_guestdata.catalog` writes and
-tests/test_catalog.py keeps in step. Pure data and standard library only: the DAG file imports it
-at every parse.
+docs' tables and the dbt layer (erasure, source deletions) take these facts from here: the docs
+and dbt through files scripts/build_docs.py writes from it (dbt: transform/macros/
+personal_fields.sql), which its `--check` keeps in step. Pure data and standard library only: the
+DAG file imports it at every parse.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -87,36 +85,3 @@ def refreshed_weekly() -> tuple[str, ...]:
 def personal_fields() -> dict[str, tuple[str, ...]]:
     """Each stream that holds a person's contact, and those fields."""
     return {facts.name: facts.personal_fields for facts in STREAMS if facts.personal_fields}
-
-
-DBT_MACRO = Path(__file__).resolve().parent.parent / "transform" / "macros" / "personal_fields.sql"
-
-
-def dbt_personal_fields_macro() -> str:
-    """The dbt macro `personal_fields()`: each stream's personal fields and what erasing leaves."""
-    streams = []
-    for stream, fields in personal_fields().items():
-        erased = ", ".join(
-            f"'{field}': {'none' if field in ERASED_TO_NULL else repr('placeholder')}"
-            for field in fields
-        )
-        streams.append(f"      '{stream}': {{{erased}}},")
-    return "\n".join(
-        [
-            "{#- Generated from tap_guestdata/catalog.py by `python -m tap_guestdata.catalog`; do",
-            "    not edit (tests/test_catalog.py fails when it is out of step). Each stream that",
-            "    holds a person's contact, and what erasure and source deletions leave in each of",
-            "    its fields: the placeholder (erasure_placeholder) or null. -#}",
-            "{% macro personal_fields() %}",
-            "  {{ return({",
-            *streams,
-            "  }) }}",
-            "{% endmacro %}",
-            "",
-        ]
-    )
-
-
-if __name__ == "__main__":
-    DBT_MACRO.write_text(dbt_personal_fields_macro())
-    print(f"wrote {DBT_MACRO}", file=sys.stderr)

@@ -33,10 +33,3 @@ def test_personal_fields_are_fields_of_the_stream_schema() -> None:
 def test_refreshed_and_windowed_streams() -> None:
     assert set(catalog.refreshed_weekly()) <= set(catalog.windowed_streams())
     assert catalog.windowed_streams("offers") == ()
-
-
-def test_the_dbt_macro_of_personal_fields_is_in_step_with_the_catalog() -> None:
-    """transform/macros/personal_fields.sql: `python -m tap_guestdata.catalog` writes it."""
-    written = catalog.DBT_MACRO.read_text()
-    assert written == catalog.dbt_personal_fields_macro(), "run: python -m tap_guestdata.catalog"
-    assert "'members': {'first_name': 'placeholder', 'last_name': none," in written

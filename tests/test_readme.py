@@ -15,6 +15,7 @@ from markdown.extensions.toc import slugify
 from mkdocs.config import load_config
 
 import build_docs
+from tap_guestdata import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -156,3 +157,14 @@ def test_a_stream_missing_from_the_stream_groups_table_fails_the_check(
     monkeypatch.setattr(build_docs, "STREAMS_PAGE", page)
     assert "| `rewards` | `redemptions` | yes |" in build_docs.build_streams_page()
     assert build_docs.build_streams_page() != page.read_text()
+
+
+def test_the_dbt_macro_of_personal_fields_is_the_catalogs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transform/macros/personal_fields.sql is written from the catalog; a stale one fails."""
+    assert build_docs.DBT_MACRO.read_text() == build_docs.personal_fields_macro()
+    assert "'members': {'first_name': 'placeholder', 'last_name': none," in (
+        build_docs.personal_fields_macro()
+    )
+    monkeypatch.setattr(catalog, "ERASED_TO_NULL", frozenset({"date_of_birth"}))
+    assert "'last_name': 'placeholder'" in build_docs.personal_fields_macro()
+    assert build_docs.personal_fields_macro() != build_docs.DBT_MACRO.read_text()

@@ -1,7 +1,7 @@
-{#- Generated from tap_guestdata/catalog.py by `python -m tap_guestdata.catalog`; do
-    not edit (tests/test_catalog.py fails when it is out of step). Each stream that
-    holds a person's contact, and what erasure and source deletions leave in each of
-    its fields: the placeholder (erasure_placeholder) or null. -#}
+{#- Generated from tap_guestdata/catalog.py by scripts/build_docs.py; do not edit
+    (its --check, run by tests/test_readme.py, fails when it is out of step). Each
+    stream that holds a person's contact, and what erasure and source deletions
+    leave in each of its fields: the placeholder (erasure_placeholder) or null. -#}
 {% macro personal_fields() %}
   {{ return({
       'guests': {'name': 'placeholder', 'first_name': 'placeholder', 'last_name': none, 'email': 'placeholder', 'phone': 'placeholder'},
