@@ -17,8 +17,7 @@ queues for the accounts (one task each):
    sync's state: the killed task's slots in the shared budget free within one window, the run
    still succeeds after one retry, the tables equal the truth, and the stream's requests stay
    within 1.15x (aim 1.10x) of the uninterrupted run's; the key the kill left on disk (the run's
-   Meltano
-   configuration) is gone once the retry has run: no file of the project holds a key.
+   Meltano configuration) is gone once the retry has run: no file of the project holds a key.
 
 Figures (up time, wall time beside the planner's forecast, requests per address, the kill's
 costs) are printed and saved to `<tmp>/cluster-figures.json`; `pytest -s` shows them.
