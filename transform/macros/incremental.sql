@@ -68,7 +68,7 @@
   {%- set since -%}
     (select {{ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)') }} from {{ this }})
   {%- endset -%}
-  (coalesce({{ rows }}._sdc_batched_at >= {{ since }}, true) or {{ rows }}._sdc_deleted_at >= {{ since }})
+  ({{ loaded_since(since, rows ~ '._sdc_batched_at') }} or {{ rows }}._sdc_deleted_at >= {{ since }})
 {%- endmacro %}
 
 {#- The key's newest raw row was flagged deleted: the batch carries it only so that its old row
