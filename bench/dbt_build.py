@@ -9,7 +9,12 @@ database, as the loader would have left them. Side by side in one run:
   nightly (nothing new), against per-account builds (today's layout: each account's own models),
   timed on `--sample` accounts and multiplied by N (each takes the same time: the same data);
 - `--tiny 1000 10000`: the models' nightly run (`dbt run`) at that many accounts of a few rows
-  per table each.
+  per table each;
+- `--history medium large`: one account of each size loaded with Meltano and built; then a day
+  of new data (as many arrivals, ledger lines, rewards and redemptions as its last whole day
+  had) loaded by the daily sync; the nightly build against a `--full-refresh` build of the same
+  raw data. The ratios: nightly / full per size, and the nightly build's growth from one size to
+  the next.
 
 Run from the repository root: `PYTHONPATH=tests:scripts .venv/bin/python bench/dbt_build.py`.
 """
@@ -17,6 +22,7 @@ Run from the repository root: `PYTHONPATH=tests:scripts .venv/bin/python bench/d
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -34,6 +40,21 @@ from support.pipeline import postgres_server, throwaway_database
 RESULTS = Path(__file__).parent / "results"
 TEMPLATE = "guestdata"
 TINY_ROWS = 3  # rows per raw table of a tiny account
+LOAD_ONLY = (
+    "--environment=dev",
+    "run",
+    "tap-guestdata",
+    "target-postgres",
+    "guestdata-pg-types:timestamptz",
+)
+# A day of new data: as many rows of each as the last whole London day has (the raw table's time).
+DAY_OF = {
+    "guests": "visited_at",
+    "member_ledger": "created_at",
+    "rewards": "issued_at",
+    "redemptions": "created_at",
+}
+LEDGER_MEMBERS = 200  # the day's ledger lines go to this many members (one request each)
 
 
 def copy_accounts(conninfo: str, count: int, prefix: str, rows: int | None) -> None:
@@ -59,10 +80,10 @@ def copy_accounts(conninfo: str, count: int, prefix: str, rows: int | None) -> N
                     )
 
 
-def timed_build(dbt: Dbt, command: str = "build") -> float:
+def timed_build(dbt: Dbt, command: str = "build", *options: str) -> float:
     """Seconds of one `dbt build` (or `dbt run`), every model built."""
     started = time.monotonic()
-    run = dbt.run(command)
+    run = dbt.run(command, *options)
     elapsed = time.monotonic() - started
     models = run.statuses("model")
     if not models or set(models.values()) != {"success"}:
@@ -79,11 +100,79 @@ def dbt_for(server: Any, database: str, work: Path, label: str, **env: str) -> D
     return Dbt(env={**dbt_env(server, database), **env}, target_dir=target)
 
 
+def last_day_counts(conninfo: str) -> dict[str, int]:
+    """Rows of each table of DAY_OF whose London day is yesterday's."""
+    counts = {}
+    with psycopg.connect(conninfo) as connection:
+        for table, column in DAY_OF.items():
+            statement = sql.SQL(
+                "SELECT count(*) FROM {} WHERE ({} AT TIME ZONE 'Europe/London')::date"
+                " = (now() AT TIME ZONE 'Europe/London')::date - 1"
+            ).format(sql.Identifier(TEMPLATE, table), sql.Identifier(column))
+            ((counts[table],),) = connection.execute(statement).fetchall()
+    return counts
+
+
+def add_a_day(sandbox: SandboxProcess, conninfo: str) -> dict[str, int]:
+    """The sandbox's account gets as much new data as its last whole day had."""
+    counts = last_day_counts(conninfo)
+    sandbox.mutate("add_guests", count=counts["guests"])
+    sandbox.mutate("add_rewards", count=counts["rewards"])
+    sandbox.mutate("add_redemptions", count=counts["redemptions"])
+    with psycopg.connect(conninfo) as connection:
+        members = [
+            member_id
+            for (member_id,) in connection.execute(
+                f"SELECT id FROM {TEMPLATE}.members ORDER BY id DESC LIMIT {LEDGER_MEMBERS}"
+            )
+        ]
+    per_member = -(-counts["member_ledger"] // len(members))
+    for member_id in members[: -(-counts["member_ledger"] // per_member)] if per_member else []:
+        sandbox.mutate("add_ledger_lines", member_id=member_id, count=per_member)
+    return counts
+
+
+def history(server: Any, work: Path, size: str, seed: int) -> dict[str, Any]:
+    """One account of `size`: its first build, then a day of new data loaded, the nightly build
+    against a --full-refresh build of the same raw data (a schema of its own)."""
+    with (
+        throwaway_database(server, f"guestdata_bench_{size}") as database,
+        SandboxProcess(size=size, seed=seed, limits=False) as sandbox,
+    ):
+        conninfo = server.conninfo(database)
+        load = meltano_project(sandbox, server, database, work / f"load-{size}", work / "logs")
+        started = time.monotonic()
+        load.run(*LOAD_ONLY)
+        first_load = time.monotonic() - started
+        nightly = dbt_for(server, database, work, f"{size}-nightly")
+        first = timed_build(nightly)
+        day = add_a_day(sandbox, conninfo)
+        started = time.monotonic()
+        load.run(*LOAD_ONLY)
+        day_load = time.monotonic() - started
+        after_a_day = timed_build(nightly)
+        full = dbt_for(server, database, work, f"{size}-full", GUESTDATA_DBT_SCHEMA="full_refresh")
+        full_build = timed_build(full, "build", "--full-refresh")
+        with psycopg.connect(conninfo) as connection:
+            ((guests,),) = connection.execute(f"SELECT count(*) FROM {TEMPLATE}.guests").fetchall()
+    return {
+        "raw_guests": guests,
+        "day_of_new_data": day,
+        "first_load_s": first_load,
+        "day_load_s": day_load,
+        "first_build_s": first,
+        "nightly_build_s": after_a_day,
+        "full_build_s": full_build,
+        "nightly_over_full": after_a_day / full_build,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--accounts", type=int, default=200)
+    parser.add_argument("--accounts", type=int, default=200, help="0: none")
     parser.add_argument("--sample", type=int, default=3, help="per-account builds timed")
     parser.add_argument("--tiny", type=int, nargs="*", default=[1000])
+    parser.add_argument("--history", nargs="*", default=["medium", "large"])
     parser.add_argument("--seed", type=int, default=42)
     arguments = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
@@ -91,41 +180,37 @@ def main() -> None:
     for folder in ("load", "logs"):
         (work / folder).mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"accounts": arguments.accounts, "sample": arguments.sample}
+    with postgres_server() as server:
+        if arguments.accounts or arguments.tiny:
+            results.update(across_accounts(server, work, arguments))
+        for size in arguments.history:
+            results[f"history_{size}"] = history(server, work, size, arguments.seed)
+            print(size, json.dumps(results[f"history_{size}"], indent=2), flush=True)
+        for smaller, larger in itertools.pairwise(arguments.history):
+            growth = (
+                results[f"history_{larger}"]["nightly_build_s"]
+                / results[f"history_{smaller}"]["nightly_build_s"]
+            )
+            results[f"nightly_growth_{smaller}_to_{larger}"] = growth
+            print(f"nightly build, {larger} / {smaller}: {growth:.2f}", flush=True)
+    (RESULTS / "dbt_build-latest.json").write_text(json.dumps(results, indent=2))
+
+
+def across_accounts(server: Any, work: Path, arguments: argparse.Namespace) -> dict[str, Any]:
+    """Copies of one small account: one build of them all against per-account builds, and the
+    tiny accounts' runs."""
+    results: dict[str, Any] = {}
     with (
-        postgres_server() as server,
         throwaway_database(server, "guestdata_bench_dbt") as database,
         SandboxProcess(size="small", seed=arguments.seed, limits=False) as sandbox,
     ):
         conninfo = server.conninfo(database)
         meltano_project(sandbox, server, database, work / "load", work / "logs").run(*RUN_ALL)
-        copy_accounts(conninfo, arguments.accounts, "guestdata_a", None)
-
-        per_account_first, per_account_nightly = [], []
-        for number in range(arguments.sample):
-            schema = f"guestdata_a{number:05d}"
-            one = dbt_for(server, database, work, f"one-{number}", GUESTDATA_PG_SCHEMA=schema)
-            per_account_first.append(timed_build(one))
-            per_account_nightly.append(timed_build(one))
-        every = dbt_for(
-            server,
-            database,
-            work,
-            "every",
-            GUESTDATA_RAW_SCHEMAS="guestdata\\_a%",
-            GUESTDATA_DBT_SCHEMA="guestdata_every_account",
-        )
-        one_first, one_nightly = timed_build(every), timed_build(every)
-        results["builds_across_accounts"] = {
-            "per_account_first_s": statistics.median(per_account_first),
-            "per_account_nightly_s": statistics.median(per_account_nightly),
-            "one_build_first_s": one_first,
-            "one_build_nightly_s": one_nightly,
-            "first_ratio": one_first / (arguments.accounts * statistics.median(per_account_first)),
-            "nightly_ratio": one_nightly
-            / (arguments.accounts * statistics.median(per_account_nightly)),
-        }
-        print(json.dumps(results["builds_across_accounts"], indent=2), flush=True)
-
+        if arguments.accounts:
+            results["builds_across_accounts"] = builds_across_accounts(
+                server, database, work, arguments.accounts, arguments.sample
+            )
+            print(json.dumps(results["builds_across_accounts"], indent=2), flush=True)
         for count in arguments.tiny:
             prefix = f"guestdata_t{count}_"
             copy_accounts(conninfo, count, prefix, TINY_ROWS)
@@ -137,13 +222,42 @@ def main() -> None:
                 GUESTDATA_RAW_SCHEMAS=prefix.replace("_", "\\_") + "%",
                 GUESTDATA_DBT_SCHEMA=f"guestdata_tiny_{count}",
             )
-            # dbt run: a few rows per table break the reconciliations, whose failures would
-            # skip the marts in a build.
+            # dbt run: a few rows break the reconciliations, whose failures would skip the
+            # marts in a build.
             first = timed_build(tiny, "run")
             nightly = timed_build(tiny, "run")
             results[f"tiny_{count}"] = {"first_s": first, "nightly_s": nightly}
             print(count, "tiny accounts:", results[f"tiny_{count}"], flush=True)
-    (RESULTS / "dbt_build-latest.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def builds_across_accounts(
+    server: Any, database: str, work: Path, accounts: int, sample: int
+) -> dict[str, float]:
+    copy_accounts(server.conninfo(database), accounts, "guestdata_a", None)
+    per_account_first, per_account_nightly = [], []
+    for number in range(sample):
+        schema = f"guestdata_a{number:05d}"
+        one = dbt_for(server, database, work, f"one-{number}", GUESTDATA_PG_SCHEMA=schema)
+        per_account_first.append(timed_build(one))
+        per_account_nightly.append(timed_build(one))
+    every = dbt_for(
+        server,
+        database,
+        work,
+        "every",
+        GUESTDATA_RAW_SCHEMAS="guestdata\\_a%",
+        GUESTDATA_DBT_SCHEMA="guestdata_every_account",
+    )
+    one_first, one_nightly = timed_build(every), timed_build(every)
+    return {
+        "per_account_first_s": statistics.median(per_account_first),
+        "per_account_nightly_s": statistics.median(per_account_nightly),
+        "one_build_first_s": one_first,
+        "one_build_nightly_s": one_nightly,
+        "first_ratio": one_first / (accounts * statistics.median(per_account_first)),
+        "nightly_ratio": one_nightly / (accounts * statistics.median(per_account_nightly)),
+    }
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ MODELS_SCHEMA = f"{RAW_SCHEMA}_analytics"
 FULL_SCHEMA = f"{RAW_SCHEMA}_full_refresh"
 INCREMENTAL_STAGING = (
     "stg_guestdata__guests",
+    "stg_guestdata__guest_reads",
     "stg_guestdata__member_ledger",
     "stg_guestdata__rewards",
     "stg_guestdata__redemptions",

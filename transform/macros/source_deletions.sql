@@ -24,29 +24,41 @@
   {{ return(streams) }}
 {% endmacro %}
 
-{#- The trusted complete reads of a stream (see above), or none when read_windows or the raw
-    table does not exist yet (the tap before 0.2, or read_windows not selected). `since` (an SQL
-    literal, hook_watermarks): only the reads loaded since then. -#}
-{% macro trusted_reads_sql(stream, schema=none, since=none) %}
+{#- Every complete read of a stream recorded in read_windows (those `reads_where`, SQL over
+    `reads`, selects) with how many of its rows the warehouse holds (rows_held), or none when
+    read_windows or the raw table does not exist yet (the tap before 0.2, or read_windows not
+    selected). Only the raw rows from the selected reads' earliest window are read. -#}
+{% macro read_holdings_sql(stream, schema=none, reads_where='1 = 1') %}
   {% set windows = erasure_raw_relation('read_windows', schema) if execute else none %}
   {% set raw = erasure_raw_relation(stream.name, schema) if execute else none %}
   {% if windows is none or raw is none %}
     {{ return(none) }}
   {% endif %}
+  {% set selected = "reads.stream = '" ~ stream.name ~ "' and (" ~ reads_where ~ ")" %}
   {{ return(
     "select reads.venue_id, reads.read_version, reads.read_started_at, reads.covers_from,"
-    ~ " reads.covers_until, reads.completed_at, max(reads._sdc_batched_at) as loaded_at"
+    ~ " reads.covers_until, reads.completed_at, reads.rows_read,"
+    ~ " count(distinct held.id) as rows_held, max(reads._sdc_batched_at) as loaded_at"
     ~ " from " ~ windows ~ " as reads"
     ~ " left join " ~ raw ~ " as held"
     ~ " on held.venue_id = reads.venue_id"
     ~ " and held." ~ stream.time ~ " >= reads.covers_from"
     ~ " and held." ~ stream.time ~ " < reads.covers_until"
     ~ " and held._sdc_table_version >= reads.read_version"
-    ~ " where reads.stream = '" ~ stream.name ~ "' and " ~ loaded_since(since, 'reads._sdc_batched_at')
+    ~ " and held." ~ stream.time ~ " >= (select min(reads.covers_from) from " ~ windows
+    ~ " as reads where " ~ selected ~ ")"
+    ~ " where " ~ selected
     ~ " group by reads.venue_id, reads.read_version, reads.read_started_at, reads.covers_from,"
     ~ " reads.covers_until, reads.completed_at, reads.rows_read"
-    ~ " having count(distinct held.id) >= reads.rows_read"
   ) }}
+{% endmacro %}
+
+{#- The trusted complete reads of a stream (see above): the warehouse holds every row the read
+    returned. `since` (an SQL literal, hook_watermarks): only the reads loaded since then. -#}
+{% macro trusted_reads_sql(stream, schema=none, since=none) %}
+  {% set holdings = read_holdings_sql(stream, schema, loaded_since(since, 'reads._sdc_batched_at')) %}
+  {{ return(none if holdings is none else
+            "select * from (" ~ holdings ~ ") as holdings where rows_held >= rows_read") }}
 {% endmacro %}
 
 {#- Ids of the stream's raw rows deleted in the source, with when that was first seen. With
@@ -109,41 +121,58 @@ group by ids.id
   {{ return('') }}
 {% endmacro %}
 
-{#- For fct_venue_daily: the trusted complete reads of guests, per venue, with the London days
-    each covered whole (from covers_from's day up to the day before covers_until's) and when it
-    started and finished: a day's guest page was read somewhere in between. -#}
-{% macro guest_reads_sql() -%}
+{#- For stg_guestdata__guest_reads: every account's complete reads of guests, per venue, whether
+    trusted, with the London days each covered whole (from covers_from's day up to the day
+    before covers_until's) and when it started and finished: a day's guest page was read
+    somewhere in between. `existing` (the model's incremental build): only the reads loaded
+    since its last build, those it holds untrusted (their rows may arrive later), and every read
+    of an account it does not hold yet. -#}
+{% macro guest_reads_sql(existing=none) -%}
   {%- set stream = (source_deletion_streams() | selectattr('name', 'equalto', 'guests') | list
                     or [none])[0] -%}
   {%- set reads = [] -%}
   {%- for relation in raw_relations('read_windows') if stream is not none -%}
-    {%- set trusted = trusted_reads_sql(stream, relation.schema) -%}
-    {%- if trusted is not none -%}
-      {%- do reads.append((relation.schema | lower, trusted)) -%}
+    {%- set account = relation.schema | lower -%}
+    {%- set reads_where = '1 = 1' -%}
+    {%- if existing is not none -%}
+      {%- set since = "(select " ~ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)')
+                      ~ " from " ~ existing ~ ")" -%}
+      {%- set reads_where = loaded_since(since, 'reads._sdc_batched_at')
+          ~ " or (reads.venue_id, reads.read_version) in (select venue_id, read_version from "
+          ~ existing ~ " where source_relation = '" ~ account ~ "' and not is_trusted)"
+          ~ " or not exists (select 1 from " ~ existing ~ " where source_relation = '" ~ account ~ "')" -%}
+    {%- endif -%}
+    {%- set holdings = read_holdings_sql(stream, relation.schema, reads_where) -%}
+    {%- if holdings is not none -%}
+      {%- do reads.append((account, holdings)) -%}
     {%- endif -%}
   {%- endfor -%}
   {%- if not reads -%}
 select
     cast(null as {{ dbt.type_string() }}) as source_relation,
     cast(null as {{ dbt.type_bigint() }}) as venue_id,
+    cast(null as {{ dbt.type_bigint() }}) as read_version,
     cast(null as date) as covered_from_day,
     cast(null as date) as covered_until_day,
     cast(null as {{ dbt.type_timestamp() }}) as read_started_at,
     cast(null as {{ dbt.type_timestamp() }}) as completed_at,
+    cast(null as {{ dbt.type_boolean() }}) as is_trusted,
     cast(null as {{ dbt.type_timestamp() }}) as loaded_at
 where 1 = 0
   {%- else -%}
-  {%- for schema, trusted in reads %}
+  {%- for account, holdings in reads %}
 {{ 'union all' if not loop.first }}
 select
-    cast('{{ schema }}' as {{ dbt.type_string() }}) as source_relation,
-    venue_id,
+    cast('{{ account }}' as {{ dbt.type_string() }}) as source_relation,
+    cast(venue_id as {{ dbt.type_bigint() }}) as venue_id,
+    cast(read_version as {{ dbt.type_bigint() }}) as read_version,
     {{ london_date('covers_from') }} as covered_from_day,
     {{ london_date('covers_until') }} as covered_until_day,
     read_started_at,
     completed_at,
+    rows_held >= rows_read as is_trusted,
     loaded_at
-from ({{ trusted }}) as trusted
+from ({{ holdings }}) as holdings
   {%- endfor -%}
   {%- endif -%}
 {%- endmacro %}

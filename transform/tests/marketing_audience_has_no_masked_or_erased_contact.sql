@@ -9,6 +9,9 @@ select audience.contact_key, 'masked' as problem
 from {{ ref('marketing_audience') }} as audience
 where {{ is_masked('audience.email', 'audience.phone') }}
 
+-- one equality join per contact field (an `or` in the join would compare every pair)
+{%- for field in ['contact_key', 'phone'] %}
+
 union all
 
 select audience.contact_key, 'anonymised member' as problem
@@ -16,4 +19,5 @@ from {{ ref('marketing_audience') }} as audience
 inner join {{ ref('stg_guestdata__members') }} as members
     on members.source_relation = audience.source_relation
     and members.member_status = 'anonymised'
-    and (members.contact_key = audience.contact_key or members.phone = audience.phone)
+    and members.{{ field }} = audience.{{ field }}
+{%- endfor %}

@@ -27,11 +27,11 @@ api as (
     select * from {{ ref('stg_guestdata__daily_stats') }}
 ),
 
--- Complete reads of a venue's guests that covered the whole day (read_windows): the day's guest
--- rows are the API's as of some moment between the newest one's start and finish
--- (macros/source_deletions.sql).
+-- Trusted complete reads of a venue's guests (stg_guestdata__guest_reads): a day one covered
+-- whole holds the API's guest rows as of some moment between the newest one's start and finish.
 guest_reads as (
-    {{ guest_reads_sql() }}
+    select * from {{ ref('stg_guestdata__guest_reads') }}
+    where is_trusted
 ),
 {% if incremental %}
 since as (
@@ -77,36 +77,36 @@ touched_guest_days as (
     where deleted._sdc_deleted_at >= since.since
 ),
 
--- The first day a venue can have a row: its creation, or an earlier arrival (kept, as below).
-venue_first_days as (
-    select source_relation, venue_id, min(first_day) as first_day
-    from (
-        select source_relation, venue_id, created_on as first_day from venues
-        union all
-        select source_relation, venue_id, min(visited_on) from all_guests
-        group by source_relation, venue_id
-    ) as firsts
+-- A venue's oldest guests_read_* as built, and whether a day has none: a trusted read started
+-- and completed no later than those changes no day it covers.
+read_floors as (
+    select source_relation, venue_id, min(guests_read_started_at) as oldest_start,
+        min(guests_read_completed_at) as oldest_completion,
+        max(case when guests_read_started_at is null then 1 else 0 end) as has_unread_day
+    from {{ this }}
     group by source_relation, venue_id
 ),
 
--- Every day of a trusted read that is new or covers a changed guest day (a read becomes
--- trusted once its rows are held), from the venue's first day: a first read covers days from
--- 1970, and the days before a venue's first have no row to recompute.
-touched_reads as (
-    select distinct guest_reads.source_relation, guest_reads.venue_id,
-        {{ greatest_of('guest_reads.covered_from_day', 'venue_first_days.first_day') }} as covered_from_day,
-        guest_reads.covered_until_day
+-- The built days whose newest trusted read changed: a read newer than one the day holds, new or
+-- trusted since (a read becomes trusted once its rows are held). Only the reads newer than
+-- their venue's floor are compared: those since the last whole read, not every read held.
+touched_read_days as (
+    select built.source_relation, built.venue_id, built.date
     from guest_reads
-    inner join venue_first_days
-        on venue_first_days.source_relation = guest_reads.source_relation
-        and venue_first_days.venue_id = guest_reads.venue_id
-    cross join since
-    left join touched_guest_days as touched
-        on touched.source_relation = guest_reads.source_relation
-        and touched.venue_id = guest_reads.venue_id
-        and touched.date >= guest_reads.covered_from_day
-        and touched.date < guest_reads.covered_until_day
-    where guest_reads.loaded_at >= since.since or touched.source_relation is not null
+    inner join read_floors
+        on read_floors.source_relation = guest_reads.source_relation
+        and read_floors.venue_id = guest_reads.venue_id
+    inner join {{ this }} as built
+        on built.source_relation = guest_reads.source_relation
+        and built.venue_id = guest_reads.venue_id
+        and built.date >= guest_reads.covered_from_day
+        and built.date < guest_reads.covered_until_day
+    where (read_floors.has_unread_day = 1
+            or guest_reads.read_started_at > read_floors.oldest_start
+            or guest_reads.completed_at > read_floors.oldest_completion)
+        and (built.guests_read_started_at is null
+            or built.guests_read_started_at < guest_reads.read_started_at
+            or built.guests_read_completed_at < guest_reads.completed_at)
 ),
 
 affected_days as (
@@ -117,11 +117,7 @@ affected_days as (
     cross join since
     where api.loaded_at >= since.since
     union
-    select touched_reads.source_relation, touched_reads.venue_id,
-        cast({{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'touched_reads.covered_from_day') }} as date)
-    from touched_reads
-    cross join day_numbers
-    where {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'touched_reads.covered_from_day') }} < touched_reads.covered_until_day
+    select source_relation, venue_id, date from touched_read_days
     union
     -- the days built, from each account's last incomplete day, or of a whole venue or account
     select built.source_relation, built.venue_id, built.date
