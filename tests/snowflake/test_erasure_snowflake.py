@@ -11,12 +11,10 @@ holds its value.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
-import demo_pipeline
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
     Person,
@@ -26,7 +24,7 @@ from support.dbt import (
     files_holding,
     person_to_erase,
 )
-from support.snowflake_pipeline import DBT_JOB, DBT_UTILITY, SnowflakePipeline
+from support.snowflake_pipeline import DBT_JOB, SnowflakePipeline
 
 pytestmark = pytest.mark.snowflake
 
@@ -49,14 +47,6 @@ def salt(pipeline: SnowflakePipeline) -> str:
 @pytest.fixture(scope="module")
 def person(module_sandbox: SandboxProcess) -> Person:
     return person_to_erase(module_sandbox)
-
-
-def invoke(pipeline: SnowflakePipeline, *args: str, **extra_env: str) -> str:
-    """`meltano invoke dbt-snowflake--fakesnow ARGS`; its whole output."""
-    log = pipeline.log_path.with_name(f"invoke-{time.time_ns()}.log")
-    command = ["--environment=dev", "invoke", DBT_UTILITY, *args]
-    demo_pipeline.run_meltano(command, {**pipeline.env, **extra_env}, log)
-    return log.read_text()
 
 
 def rows_holding(pipeline: SnowflakePipeline, person: Person) -> dict[str, int]:
@@ -101,8 +91,8 @@ def test_erase_person_under_fakesnow_removes_the_person_from_every_table(
 ) -> None:
     before = rows_holding(salted, person)
     assert before == person.rows_per_table()
-    output = invoke(
-        salted, "run-operation", "erase_person", GUESTDATA_ERASE_IDENTIFIER=person.email.upper()
+    output = salted.invoke_dbt(
+        "run-operation", "erase_person", GUESTDATA_ERASE_IDENTIFIER=person.email.upper()
     )
     assert rows_holding(salted, person) == {}
     _, kind, identifiers, counts = audit_line(output)
@@ -118,8 +108,8 @@ def test_a_second_erase_under_fakesnow_changes_nothing(
     salted: SnowflakePipeline, person: Person
 ) -> None:
     before = every_table(salted)
-    output = invoke(
-        salted, "run-operation", "erase_person", GUESTDATA_ERASE_IDENTIFIER=person.email
+    output = salted.invoke_dbt(
+        "run-operation", "erase_person", GUESTDATA_ERASE_IDENTIFIER=person.email
     )
     assert audit_line(output)[3] == dict.fromkeys(person.rows_per_table(), 0)
     assert every_table(salted) == before

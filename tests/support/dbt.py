@@ -9,6 +9,7 @@ so each build's run_results.json can be read.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg import sql
@@ -46,6 +48,21 @@ MARTS = (
     "fct_offer_performance",
     "marketing_audience",
 )
+# The models built incrementally (docs/transform.md "What is incremental").
+INCREMENTAL_STAGING = (
+    "stg_guestdata__guests",
+    "stg_guestdata__guest_reads",
+    "stg_guestdata__member_ledger",
+    "stg_guestdata__rewards",
+    "stg_guestdata__redemptions",
+)
+INCREMENTAL_MARTS = ("fct_venue_daily", "marketing_audience")
+LONDON = ZoneInfo("Europe/London")
+
+
+def london_day(days_ago: int) -> dt.date:
+    """Today's London date, `days_ago` days back."""
+    return dt.datetime.now(LONDON).date() - dt.timedelta(days=days_ago)
 
 
 @dataclass
@@ -194,7 +211,7 @@ RECONCILIATIONS = {
     "reconcile_member_balance_with_ledger",
     "reconcile_offer_funnel_with_offer_stats",
 }
-MODEL_COUNT = 14 + len(MARTS)  # one staging model per stream
+MODEL_COUNT = 14 + 1 + len(MARTS)  # a staging model per stream, and the reads of guests
 
 
 def assert_every_model_built_and_every_test_passed(target_dir: Path) -> None:

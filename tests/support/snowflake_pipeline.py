@@ -10,6 +10,7 @@ import datetime as dt
 import decimal
 import json
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,13 @@ class SnowflakePipeline:
     def run(self, *args: str) -> None:
         demo_pipeline.run_meltano(args or JOB, self.env, self.log_path)
         self.runs += 1
+
+    def invoke_dbt(self, *args: str, **extra_env: str) -> str:
+        """`meltano invoke dbt-snowflake--fakesnow ARGS` on these databases; its whole output."""
+        log = self.log_path.with_name(f"invoke-{time.time_ns()}.log")
+        command = ["--environment=dev", "invoke", DBT_UTILITY, *args]
+        demo_pipeline.run_meltano(command, {**self.env, **extra_env}, log)
+        return log.read_text()
 
     def statements(self) -> list[str]:
         """Every statement the target sent to 'Snowflake' so far, in order."""

@@ -12,19 +12,22 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
+    INCREMENTAL_MARTS,
+    INCREMENTAL_STAGING,
+    LONDON,
     MARTS,
     RAW_SCHEMA,
     REFRESH_AND_BUILD,
     RUN_ALL,
     Dbt,
     dbt_env,
+    london_day,
     model_rows,
     person_to_erase,
     query,
@@ -35,15 +38,6 @@ pytestmark = pytest.mark.e2e
 
 MODELS_SCHEMA = f"{RAW_SCHEMA}_analytics"
 FULL_SCHEMA = f"{RAW_SCHEMA}_full_refresh"
-INCREMENTAL_STAGING = (
-    "stg_guestdata__guests",
-    "stg_guestdata__guest_reads",
-    "stg_guestdata__member_ledger",
-    "stg_guestdata__rewards",
-    "stg_guestdata__redemptions",
-)
-INCREMENTAL_MARTS = ("fct_venue_daily", "marketing_audience")
-LONDON = ZoneInfo("Europe/London")
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +80,6 @@ def relation_id(conninfo: str, model: str, schema: str = f"{MODELS_SCHEMA}_stagi
     """The table's oid: an incremental build keeps it, a rebuild makes a new one."""
     ((oid,),) = query(conninfo, f"SELECT '{schema}.{model}'::regclass::oid")
     return int(oid)
-
-
-def london_day(days_ago: int) -> dt.date:
-    return dt.datetime.now(LONDON).date() - dt.timedelta(days=days_ago)
 
 
 def reload_period(loaded: MeltanoProject, first: dt.date, last: dt.date) -> None:

@@ -4,18 +4,16 @@
 -- the rules of spec 2.4, with the API's own daily_stats beside them where that day was loaded.
 -- Incremental (docs/transform.md "What is incremental"): a build recomputes only the venue-days
 -- something changed since the last one (affected_days), and replaces exactly those.
-with all_guests as (
-    select * from {{ ref('stg_guestdata__guests') }}
-),
-
-venues as (
+-- stg_guestdata__guests is read where it is used, not as one common table: PostgreSQL would
+-- materialize the whole history once, every column, before any filter.
+with venues as (
     select * from {{ ref('stg_guestdata__venues') }}
 ),
 
 -- An account's guest history is complete up to the London day of its latest read.
 as_of as (
-    select source_relation, max({{ london_date('read_at') }}) as as_of_date
-    from all_guests
+    select source_relation, {{ london_date('max(read_at)') }} as as_of_date
+    from {{ ref('stg_guestdata__guests') }}
     group by source_relation
 ),
 
@@ -66,7 +64,7 @@ whole_venues as (
 -- keep venue and time), erased on request (erasure updates staging in place).
 touched_guest_days as (
     select all_guests.source_relation, all_guests.venue_id, all_guests.visited_on as date
-    from all_guests
+    from {{ ref('stg_guestdata__guests') }} as all_guests
     cross join since
     where all_guests.loaded_at >= since.since or all_guests.is_erased
     union
@@ -147,7 +145,7 @@ affected_days as (
             or {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} >= built_as_of.as_of_date)
     union
     select all_guests.source_relation, all_guests.venue_id, all_guests.visited_on
-    from all_guests
+    from {{ ref('stg_guestdata__guests') }} as all_guests
     left join built_as_of on built_as_of.source_relation = all_guests.source_relation
     left join whole_venues
         on whole_venues.source_relation = all_guests.source_relation
@@ -158,12 +156,11 @@ affected_days as (
 ),
 
 guests as (
-    select all_guests.*
-    from all_guests
-    inner join affected_days
-        on affected_days.source_relation = all_guests.source_relation
-        and affected_days.venue_id = all_guests.venue_id
-        and affected_days.date = all_guests.visited_on
+    select *
+    from {{ ref('stg_guestdata__guests') }}
+    where (source_relation, venue_id, visited_on) in (
+        select source_relation, venue_id, date from affected_days
+    )
 ),
 
 -- The affected days, each with whether it is a row of the full build (a venue day or a day
@@ -194,7 +191,7 @@ spine as (
 ),
 {% else %}
 guests as (
-    select * from all_guests
+    select * from {{ ref('stg_guestdata__guests') }}
 ),
 
 venue_days as (

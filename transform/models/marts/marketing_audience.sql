@@ -7,11 +7,8 @@
 -- Incremental (docs/transform.md "What is incremental"): only the contacts with a guest row
 -- written since the last build, every contact of an account with a deletion or a new name, and
 -- every anonymised member's contact are computed again, and replace their rows.
-with all_guests as (
-    select * from {{ ref('stg_guestdata__guests') }}
-),
-
-erased as (
+-- stg_guestdata__guests is read where it is used (fct_venue_daily says why).
+with erased as (
     select source_relation, contact_key from {{ ref('stg_guestdata__members') }}
     where member_status = 'anonymised' and contact_key is not null
     union
@@ -34,7 +31,7 @@ whole_accounts as (
 
 affected as (
     select all_guests.source_relation, all_guests.contact_key
-    from all_guests
+    from {{ ref('stg_guestdata__guests') }} as all_guests
     cross join since
     where all_guests.contact_key is not null and all_guests.loaded_at >= since.since
     union
@@ -43,21 +40,19 @@ affected as (
     select source_relation, contact_key from {{ this }}
     where source_relation in (select source_relation from whole_accounts)
     union
-    select source_relation, contact_key from all_guests
+    select source_relation, contact_key from {{ ref('stg_guestdata__guests') }}
     where contact_key is not null
         and source_relation in (select source_relation from whole_accounts)
 ),
 {% endif %}
 guests as (
-    select all_guests.* from all_guests
+    select * from {{ ref('stg_guestdata__guests') }}
+    where contact_key is not null
+        and not is_contact_masked
+        and not is_erased
     {%- if incremental %}
-    inner join affected
-        on affected.source_relation = all_guests.source_relation
-        and affected.contact_key = all_guests.contact_key
+        and (source_relation, contact_key) in (select source_relation, contact_key from affected)
     {%- endif %}
-    where all_guests.contact_key is not null
-        and not all_guests.is_contact_masked
-        and not all_guests.is_erased
 ),
 
 latest_read as (
