@@ -22,7 +22,6 @@ from support.dbt import (
     INCREMENTAL_STAGING,
     LONDON,
     MARTS,
-    london_day,
     person_to_erase,
 )
 from support.snowflake_pipeline import DBT_JOB, DBT_UTILITY, LOADER, SnowflakePipeline
@@ -68,9 +67,21 @@ def table_rows(pipeline: SnowflakePipeline, schema: str) -> list[Counter[str]]:
     return [Counter(repr(sorted(row.items())) for row in rows) for rows in results]
 
 
+def london_day_of(instant: str) -> dt.date:
+    return dt.datetime.fromisoformat(instant).astimezone(LONDON).date()
+
+
 @pytest.fixture(scope="module")
-def incremental(built: SnowflakePipeline) -> SnowflakePipeline:
-    """The module's load and first build; every build after it reads only what is new."""
+def last_day(module_truth: Callable[[], dict]) -> dt.date:
+    """The London day of the sandbox's newest arrival before any step: the steps' days count
+    back from it, so they hold data whatever GUESTDATA_TEST_SANDBOX_ANCHOR ends it on."""
+    return max(london_day_of(guest["visited_at"]) for guest in module_truth()["guests"])
+
+
+@pytest.fixture(scope="module")
+def incremental(built: SnowflakePipeline, last_day: dt.date) -> SnowflakePipeline:
+    """The module's load and first build (the data's last day read before any change); every
+    build after it reads only what is new."""
     built.env["GUESTDATA_INCREMENTAL_LOOKBACK_HOURS"] = "0"
     return built
 
@@ -101,11 +112,7 @@ def compare(
 
 
 def guests_on(truth: dict[str, Any], day: dt.date) -> list[dict[str, Any]]:
-    return [
-        guest
-        for guest in truth["guests"]
-        if dt.datetime.fromisoformat(guest["visited_at"]).astimezone(LONDON).date() == day
-    ]
+    return [guest for guest in truth["guests"] if london_day_of(guest["visited_at"]) == day]
 
 
 def test_1_a_first_load(compare: Callable[[], None]) -> None:
@@ -127,9 +134,12 @@ def test_2_new_arrivals_members_ledger_rewards_and_redemptions(
 
 
 def test_3_late_arrivals_on_an_old_day(
-    incremental: SnowflakePipeline, module_sandbox: SandboxProcess, compare: Callable[[], None]
+    incremental: SnowflakePipeline,
+    module_sandbox: SandboxProcess,
+    last_day: dt.date,
+    compare: Callable[[], None],
 ) -> None:
-    day = london_day(4)
+    day = last_day - dt.timedelta(days=4)
     noon = dt.datetime.combine(day, dt.time(12), tzinfo=LONDON).isoformat()
     module_sandbox.mutate("add_guests", count=3, visited_at=noon)
     reload_period(incremental, day, day)
@@ -140,9 +150,10 @@ def test_4_a_days_stats_changed(
     incremental: SnowflakePipeline,
     module_sandbox: SandboxProcess,
     module_truth: Callable[[], dict],
+    last_day: dt.date,
     compare: Callable[[], None],
 ) -> None:
-    day = london_day(6)
+    day = last_day - dt.timedelta(days=6)
     guest = guests_on(module_truth(), day)[0]
     module_sandbox.mutate(
         "set_marketing_consent", guest_id=guest["id"], value=not guest["marketing_consent"]
@@ -155,9 +166,11 @@ def test_5_guests_deleted_at_the_source_and_followed(
     incremental: SnowflakePipeline,
     module_sandbox: SandboxProcess,
     module_truth: Callable[[], dict],
+    last_day: dt.date,
     compare: Callable[[], None],
 ) -> None:
-    deleted = [guest["id"] for guest in guests_on(module_truth(), london_day(9))][:2]
+    day = last_day - dt.timedelta(days=9)
+    deleted = [guest["id"] for guest in guests_on(module_truth(), day)][:2]
     assert deleted
     for guest_id in deleted:
         module_sandbox.mutate("delete_guest", guest_id=guest_id)
@@ -183,8 +196,10 @@ def test_6_a_person_erased(
     compare()
 
 
-def test_7_a_period_reloaded(incremental: SnowflakePipeline, compare: Callable[[], None]) -> None:
-    reload_period(incremental, london_day(14), london_day(5))
+def test_7_a_period_reloaded(
+    incremental: SnowflakePipeline, last_day: dt.date, compare: Callable[[], None]
+) -> None:
+    reload_period(incremental, last_day - dt.timedelta(days=14), last_day - dt.timedelta(days=5))
     compare()
 
 

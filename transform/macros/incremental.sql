@@ -63,11 +63,15 @@
   ) }}
 {% endmacro %}
 
+{#- A built model's watermark: the newest loader time of its rows, less the lookback (null while
+    it is empty). -#}
+{% macro build_watermark(relation) -%}
+  (select {{ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)') }} from {{ relation }})
+{%- endmacro %}
+
 {#- A raw row the loader changed since this model's last build (less the lookback). -#}
 {% macro changed_since_last_build(rows) -%}
-  {%- set since -%}
-    (select {{ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)') }} from {{ this }})
-  {%- endset -%}
+  {%- set since = build_watermark(this) -%}
   ({{ loaded_since(since, rows ~ '._sdc_batched_at') }} or {{ rows }}._sdc_deleted_at >= {{ since }})
 {%- endmacro %}
 

@@ -143,9 +143,7 @@ group by ids.id
     {%- set account = schema | lower -%}
     {%- set reads_where = '1 = 1' -%}
     {%- if existing is not none -%}
-      {%- set since = "(select " ~ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)')
-                      ~ " from " ~ existing ~ ")" -%}
-      {%- set reads_where = loaded_since(since, 'reads._sdc_batched_at')
+      {%- set reads_where = loaded_since(build_watermark(existing), 'reads._sdc_batched_at')
           ~ " or (reads.venue_id, reads.read_version) in (select venue_id, read_version from "
           ~ existing ~ " where source_relation = '" ~ account ~ "' and not is_trusted)"
           ~ " or not exists (select 1 from " ~ existing ~ " where source_relation = '" ~ account ~ "')" -%}
