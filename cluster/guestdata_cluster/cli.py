@@ -7,6 +7,8 @@
     scripts/cluster trigger [DAG]   a DAG run through the REST API, as a user would; waits
     scripts/cluster kill-worker N   SIGKILL worker N and everything in its namespace (a lost
                                     machine); `start-worker N` brings it back, as systemd would
+    scripts/cluster kill-service S  SIGKILL the api-server, scheduler or dag-processor (a
+                                    crash); `start-service S` starts it again
     scripts/cluster down            leaves nothing: processes, namespaces, links, forwarders,
                                     databases, Redis keys, the cluster's folder
 
@@ -49,7 +51,16 @@ from guestdata_cluster.network import require_namespaces
 from guestdata_cluster.processes import alive, say
 from guestdata_cluster.rest import Rest, task_label
 from guestdata_cluster.services import require_services
-from guestdata_cluster.stack import down_cluster, kill_worker, leftovers, start_worker, up_cluster
+from guestdata_cluster.stack import (
+    SERVICES,
+    down_cluster,
+    kill_service,
+    kill_worker,
+    leftovers,
+    start_service,
+    start_worker,
+    up_cluster,
+)
 from guestdata_cluster.state import (
     DAG_ID,
     DEFAULT_HOME,
@@ -59,6 +70,7 @@ from guestdata_cluster.state import (
     Cluster,
     ClusterError,
 )
+from tap_guestdata.airflow.accounts import TASKS_PER_QUEUE
 
 
 def cluster_of(args: argparse.Namespace, home: Path, secrets_file: Path) -> Cluster:
@@ -86,6 +98,8 @@ def cluster_of(args: argparse.Namespace, home: Path, secrets_file: Path) -> Clus
         api_url=args.api_url or f"http://127.0.0.1:{args.sandbox_port}/api/v1/customer",
         heartbeat_timeout=args.heartbeat_timeout,
         visibility_timeout=args.visibility_timeout,
+        queued_timeout=args.queued_timeout,
+        slots=args.slots,
         time_scale=args.time_scale,
         retry_delay_seconds=args.retry_delay_seconds,
         accounts_file=str(home / "accounts.json"),
@@ -211,6 +225,19 @@ def parser() -> argparse.ArgumentParser:
     make.add_argument("--visibility-timeout", type=int, default=6 * 3600)
     make.add_argument("--retry-delay-seconds", type=float, default=300)
     make.add_argument(
+        "--slots",
+        type=int,
+        default=TASKS_PER_QUEUE,
+        help="tasks at once per queue: its pool's slots and its worker's concurrency "
+        "(default %(default)s)",
+    )
+    make.add_argument(
+        "--queued-timeout",
+        type=int,
+        default=180,
+        help="seconds a task may wait queued before it is sent again (a message the broker lost)",
+    )
+    make.add_argument(
         "--env",
         action="append",
         default=[],
@@ -225,6 +252,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=6 * 3600)
     for verb in ("kill-worker", "start-worker"):
         commands.add_parser(verb).add_argument("worker", type=int)
+    for verb in ("kill-service", "start-service"):
+        commands.add_parser(verb).add_argument("service", choices=SERVICES)
     return parser
 
 
@@ -234,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "up":
             if not 1 <= args.workers <= 50:
                 raise ClusterError("--workers: 1 to 50")
+            if not 1 <= args.slots <= 32:
+                raise ClusterError("--slots: 1 to 32")
             if bad := [item for item in args.env if "=" not in item]:
                 raise ClusterError(f"--env takes NAME=VALUE, got {bad}")
             return up(args)
@@ -246,9 +277,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster = Cluster.load(Path(args.home).resolve())
         if args.command == "kill-worker":
             say(f"worker {args.worker}: killed {len(kill_worker(cluster, args.worker))} processes")
-        else:
+        elif args.command == "start-worker":
             start_worker(cluster, args.worker)
             say(f"worker {args.worker}: ready")
+        elif args.command == "kill-service":
+            kill_service(cluster, args.service)
+            say(f"{args.service}: killed")
+        else:
+            say(f"{args.service}: pid {start_service(cluster, args.service)}")
         return 0
     except ClusterError as error:
         print(f"cluster: {error}", file=sys.stderr)

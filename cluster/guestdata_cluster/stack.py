@@ -39,7 +39,7 @@ from guestdata_cluster.services import (
     start_sandbox,
 )
 from guestdata_cluster.state import DAG_ID, VENV_BIN, Cluster, ClusterError, redacted
-from tap_guestdata.airflow.accounts import TASKS_PER_QUEUE, parse_config, pools
+from tap_guestdata.airflow.accounts import parse_config, pools
 
 
 def up_cluster(
@@ -77,19 +77,16 @@ def up_cluster(
             )
         if install.wait() != 0:
             raise ClusterError(f"meltano install failed: see {cluster.root}/logs/deploy.log")
-        say("api-server, scheduler, dag-processor")
-        airflow = str(VENV_BIN / "airflow")
-        api = [airflow, "api-server", "--host", cluster.gateway, "--port", str(cluster.api_port)]
-        start(cluster, "api-server", [*api, "--workers", "1"], env, cluster.project)
-        start(cluster, "scheduler", [airflow, "scheduler"], env, cluster.project)
-        start(cluster, "dag-processor", [airflow, "dag-processor"], env, cluster.project)
+        say(", ".join(SERVICES))
+        for service in SERVICES:
+            start_service(cluster, service, wait=False)
         rest = Rest(cluster)
         wait_until("the api-server", lambda: rest.login(), 180)
         for pool in pools(parse_config(Path(cluster.accounts_file).read_text())):
             rest.call(
                 "POST",
                 "/pools",
-                json={"name": pool, "slots": TASKS_PER_QUEUE, "description": "tasks at once"},
+                json={"name": pool, "slots": cluster.slots, "description": "tasks at once"},
             )
         for key, value in variables.items():
             rest.call("POST", "/variables", json={"key": key, "value": value})
@@ -103,13 +100,46 @@ def up_cluster(
         raise
 
 
+SERVICES = ("api-server", "scheduler", "dag-processor")  # Airflow's, in the root namespace
+
+
+def service_command(cluster: Cluster, service: str) -> list[str]:
+    airflow = str(VENV_BIN / "airflow")
+    if service == "api-server":
+        return [
+            airflow, "api-server", "--host", cluster.gateway, "--port", str(cluster.api_port),
+            "--workers", "1",
+        ]  # fmt: skip
+    if service in SERVICES:
+        return [airflow, service]
+    raise ClusterError(f"no service {service!r}: one of {', '.join(SERVICES)}")
+
+
+def start_service(cluster: Cluster, service: str, *, wait: bool = True) -> int:
+    """Start (or, after `kill_service`, start again, as systemd would) one of Airflow's
+    services; `wait`: until the api-server answers again."""
+    pid = start(cluster, service, service_command(cluster, service), cluster.env(), cluster.project)
+    if wait and service == "api-server":
+        wait_until("the api-server", lambda: Rest(cluster).login(), 180)
+    return pid
+
+
+def kill_service(cluster: Cluster, service: str) -> None:
+    """A crash: SIGKILL the service's whole process group (its own children go with it)."""
+    service_command(cluster, service)  # names a service
+    pid = cluster.pids.get(service)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
 def start_worker(cluster: Cluster, worker: int) -> None:
     queue, namespace = cluster.queue(worker), cluster.namespace(worker)
     forward_api_in_namespace(cluster, worker)
     command = [
         shutil.which("ip") or "ip", "netns", "exec", namespace,
         str(VENV_BIN / "airflow"), "celery", "worker",
-        "--queues", queue, "--concurrency", str(TASKS_PER_QUEUE),
+        "--queues", queue, "--concurrency", str(cluster.slots),
         "--celery-hostname", f"{queue}@{cluster.name}",
         "--pid", str(cluster.root / "airflow" / f"{queue}.pid"),
     ]  # fmt: skip

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from tap_guestdata.airflow.accounts import TASKS_PER_QUEUE
+
 # An editable install from a checkout (scripts/bootstrap): the cluster deploys that checkout's
 # Meltano project and DAG file. cluster/guestdata_cluster/state.py -> the checkout.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +55,10 @@ class Cluster:
     secrets_file: str = ""
     extra_env: list[str] = field(default_factory=list)  # NAME=VALUE, for every process
     models: bool = True  # dbt deployed, and each DAG run ends with its one dbt_build
+    # How long a task may stay queued (sent to the broker, not started) before the scheduler
+    # sends it again: a broker that lost its messages costs this, not Airflow's 600 s.
+    queued_timeout: int = 180
+    slots: int = TASKS_PER_QUEUE  # each queue's pool, and its worker's concurrency
 
     # -- names and addresses ------------------------------------------------------------
     @property
@@ -173,6 +179,25 @@ class Cluster:
             "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": str(
                 self.visibility_timeout
             ),
+            # A queued task's message lost with the broker (restarted without its AOF) is sent
+            # again after queued_timeout; as many resends as keep a queue without a worker
+            # 30 minutes from failing its tasks, as Airflow's defaults do (3 x 600 s).
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": str(self.queued_timeout),
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": str(
+                max(5, min(120, self.queued_timeout // 4))
+            ),
+            "AIRFLOW__SCHEDULER__NUM_STUCK_IN_QUEUED_RETRIES": str(
+                max(2, -(-QUEUE_WITHOUT_WORKER_SECONDS // self.queued_timeout) - 1)
+            ),
+            # A task's supervisor ends the task after this many heartbeats failed in a row
+            # (Airflow: 3, so an api-server away for ~10 s failed every running task); at one
+            # heartbeat per 5 s, as long as the scheduler waits before it fails a silent task.
+            "AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS": str(
+                max(3, self.heartbeat_timeout // SUPERVISOR_HEARTBEAT_SECONDS)
+            ),
+            # A scheduler started again adopts the queued tasks of the one that died only at
+            # this check (default 300 s); until then the queued-too-long check skips them.
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": str(ORPHAN_CHECK_SECONDS),
             # How soon a task whose worker vanished is failed (and retried).
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(self.heartbeat_timeout),
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
@@ -226,6 +251,9 @@ class Cluster:
 
 
 PSYCOPG2 = "postgresql+psycopg2"  # SQLAlchemy's driver for Airflow, Celery and Meltano
+SUPERVISOR_HEARTBEAT_SECONDS = 5  # Airflow's [workers] min_heartbeat_interval (default)
+ORPHAN_CHECK_SECONDS = 60  # [scheduler] orphaned_tasks_check_interval (Airflow: 300)
+QUEUE_WITHOUT_WORKER_SECONDS = 1800  # Airflow's defaults: 600 s x (2 resends + the first)
 
 
 def host_of(url: SplitResult) -> str:

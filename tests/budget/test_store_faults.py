@@ -10,22 +10,18 @@ limit, and the budgets keep sending (at their shares) throughout.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
-import signal
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import redis
 
 from guestdata_sandbox.testing import busiest_window
+from support.services import OwnRedis
 from tap_guestdata.http.budget import Limits, RedisBudget
 from tap_guestdata.http.share import ShareFallback
 
@@ -37,61 +33,6 @@ KEYS = ("key-a", "key-b")
 LIMITS = Limits(PER_KEY, PER_ADDRESS, WINDOW_SECONDS, address="test-address")
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server")
-
-
-@dataclass
-class OwnRedis:
-    """A redis-server of the test's own, on a free port; stopped whatever happens."""
-
-    folder: Path
-    persistent: bool
-    port: int = 0
-    process: subprocess.Popen[bytes] | None = None
-    starts: list[float] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        if not self.port:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                self.port = probe.getsockname()[1]
-        persistence = ["--appendonly", "yes", "--appendfsync", "always"]
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-            + (persistence if self.persistent else ["--appendonly", "no"])
-            + ["--dir", str(self.folder), "--maxmemory-policy", "noeviction"],
-            stdout=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url)
-        for _ in range(200):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.01)
-        client.close()
-        self.starts.append(time.time())
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def shut_down(self) -> None:
-        """A planned restart's first half: SHUTDOWN, which writes the AOF out."""
-        assert self.process is not None
-        client = redis.Redis.from_url(self.url)
-        with contextlib.suppress(redis.ConnectionError):  # the server closes as it answers
-            client.shutdown()
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
 
 
 @pytest.fixture(params=[False, True], ids=["killed-back-empty", "planned-restart-with-aof"])

@@ -17,9 +17,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
+import requests
 
 import demo_pipeline
-from guestdata_cluster import DAG_ID, Cluster, Rest, default_accounts, task_label
+from guestdata_cluster import DAG_ID, Cluster, ClusterError, Rest, default_accounts, task_label
 from guestdata_cluster.stack import kill_worker
 from guestdata_cluster.state import LOCAL_POSTGRES, LOCAL_REDIS
 from guestdata_sandbox.testing import SandboxProcess
@@ -85,6 +86,12 @@ class LocalCluster:
     logs: Path  # where `down` keeps each cluster's logs
     up_seconds: list[float] = field(default_factory=list)
     accounts: Mapping[str, Any] = field(default_factory=lambda: ACCOUNTS)
+    # Names and services: the module's defaults, or (the fault test) servers of its own.
+    name: str = NAME
+    subnet: str = SUBNET
+    redis_url: str = REDIS_URL
+    postgres_url: str = POSTGRES_URL
+    variables: Mapping[str, str] = field(default_factory=lambda: VARIABLES)  # keys' Variables
 
     def command(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -99,17 +106,24 @@ class LocalCluster:
         )
         return result
 
-    def up(self, accounts: Mapping[str, Any] = ACCOUNTS, *, models: bool = True) -> float:
+    def up(
+        self,
+        accounts: Mapping[str, Any] = ACCOUNTS,
+        *,
+        models: bool = True,
+        extra: Sequence[str] = (),
+    ) -> float:
         """`up` with `accounts` (the DAG's accounts document) and the sandbox keys' Variables;
-        `models=False`: `--no-models` (no dbt deployed, the loads alone)."""
+        `models=False`: `--no-models` (no dbt deployed, the loads alone); `extra`: more of
+        `up`'s options."""
         files = self.logs.parent
         (files / "accounts.json").write_text(json.dumps(accounts))
-        (files / "variables.json").write_text(json.dumps(VARIABLES))
+        (files / "variables.json").write_text(json.dumps(self.variables))
         self.accounts = accounts
         started = time.monotonic()
         self.command(
-            "up", "--name", NAME, "--subnet", SUBNET,
-            "--redis-url", REDIS_URL, "--postgres-url", POSTGRES_URL,
+            "up", "--name", self.name, "--subnet", self.subnet,
+            "--redis-url", self.redis_url, "--postgres-url", self.postgres_url,
             "--api-port", str(self.api_port), "--api-url", self.api_url,
             "--accounts", str(files / "accounts.json"),
             "--variables", str(files / "variables.json"),
@@ -120,6 +134,7 @@ class LocalCluster:
             # not how stale the last STATE was.
             "--env", "TAP_GUESTDATA_STATE_INTERVAL_SECONDS=2",
             *([] if models else ["--no-models"]),
+            *extra,
             timeout=600,
         )  # fmt: skip
         self.up_seconds.append(time.monotonic() - started)
@@ -222,11 +237,16 @@ def run_dag(
     rest = Rest(cluster.state).login()
     run_id = rest.trigger(DAG_ID)
     deadline = time.monotonic() + timeout
-    while (state := rest.run_state(DAG_ID, run_id)) not in ("success", "failed"):
+    state = ""
+    while state not in ("success", "failed"):
         assert time.monotonic() < deadline, f"the DAG run did not end in {timeout:.0f} s"
         if during is not None:
             during(rest, run_id)
         time.sleep(1)
+        try:
+            state = rest.run_state(DAG_ID, run_id)
+        except (requests.RequestException, ClusterError):
+            continue  # the api-server, or its database, is down (the fault test): ask again
     run = rest.call("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")
     tasks = {task_label(task): task for task in rest.task_instances(DAG_ID, run_id)}
     tries = {
@@ -243,7 +263,8 @@ def table_checks(sandbox: SandboxProcess, cluster: LocalCluster) -> dict[str, st
     with psycopg.connect(cluster.warehouse()) as connection:
         for account in cluster.accounts["accounts"]:
             name = account["name"]
-            expected = demo_pipeline.truth_tables(sandbox.truth(VARIABLES[account["keys"][0]]))
+            key = cluster.variables[account["keys"][0]]
+            expected = demo_pipeline.truth_tables(sandbox.truth(key))
             checks = [
                 demo_pipeline.compare_stream(
                     stream,

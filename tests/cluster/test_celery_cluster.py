@@ -56,6 +56,7 @@ from cluster_testing import (
     when,
 )
 from guestdata_cluster import DAG_ID, ClusterError, Rest
+from guestdata_cluster.state import SUPERVISOR_HEARTBEAT_SECONDS
 from guestdata_sandbox.testing import SandboxProcess, busiest_window
 from plan_workers import planned_seconds
 from support.sandbox import last_seq
@@ -71,7 +72,6 @@ KILLED_TASK = "harbour.load"  # members alone: members, then a ledger request pe
 # `scripts/cluster`, whose start-up let the task run on past its stored state. The kill is
 # now sent in-process; the ceiling keeps a margin until a quiet run shows the 1.10 again.
 MAX_RATIO = 1.15
-SUPERVISOR_HEARTBEAT_SECONDS = 5  # Airflow's [workers] min_heartbeat_interval (default)
 # The kill test's answers take this long, so the members sync outlasts target-postgres's first
 # flush (the SDK drains, and so emits the state Meltano stores, every 5 minutes) and can be
 # killed after it: 201 requests, 4 at a time (max_workers, one key), about 6 minutes.

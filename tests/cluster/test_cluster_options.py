@@ -105,3 +105,19 @@ def test_runs_end_with_the_models_build_unless_up_says_no_models(tmp_path: Path)
 
     assert transform_blocks(with_models[TRANSFORM], "target-postgres") == ("dbt-postgres:build",)
     assert transform_blocks(loads_only[TRANSFORM], "target-postgres") == ()
+
+
+@pytest.mark.parametrize(("seconds", "resends"), [(None, 9), (60, 29), (900, 2)])
+def test_a_task_queued_too_long_is_sent_again_soon_and_a_queue_without_worker_lasts(
+    tmp_path: Path, seconds: int | None, resends: int
+) -> None:
+    """A message the broker lost is sent again after `--queued-timeout` (default 180 s, not
+    Airflow's 600); the resends keep a queue whose worker is gone 30 minutes from failing
+    its tasks, as Airflow's defaults do (600 s x 3)."""
+    options = () if seconds is None else ("--queued-timeout", str(seconds))
+    env = saved_cluster(tmp_path, *options).airflow_env()
+    timeout = int(env["AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT"])
+    assert timeout == (seconds or 180)
+    assert int(env["AIRFLOW__SCHEDULER__NUM_STUCK_IN_QUEUED_RETRIES"]) == resends
+    assert timeout * (resends + 1) >= 1800
+    assert int(env["AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL"]) <= timeout // 4
