@@ -130,6 +130,13 @@ class Services:
     redis: OwnRedis
     postgres: OwnPostgres
 
+    def ensure_up(self) -> None:
+        """Both running again (a test that failed mid-fault), so `down` can clean up."""
+        if self.redis.process is None or self.redis.process.poll() is not None:
+            self.redis.start()
+        if not (self.postgres.data / "postmaster.pid").exists():
+            self.postgres.start()
+
 
 @pytest.fixture(scope="module")
 def services(namespaces: None) -> Iterator[Services]:
@@ -167,6 +174,7 @@ def faults_cluster(
         yield local
     finally:
         if local.is_up():
+            services.ensure_up()
             local.down()
 
 
