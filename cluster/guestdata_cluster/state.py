@@ -195,6 +195,11 @@ class Cluster:
             "AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS": str(
                 max(3, self.heartbeat_timeout // SUPERVISOR_HEARTBEAT_SECONDS)
             ),
+            # Every call of a task to the api-server (its heartbeats, its XComs, its end) is
+            # tried this many times, the waits growing at random to 90 s: 2 to 6 minutes in
+            # all (Airflow: 5, 5 to 15 s; a task that ended while the api-server was starting
+            # again failed its try).
+            "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": str(EXECUTION_API_RETRIES),
             # A scheduler started again adopts the queued tasks of the one that died only at
             # this check (default 300 s); until then the queued-too-long check skips them.
             "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": str(ORPHAN_CHECK_SECONDS),
@@ -252,6 +257,7 @@ class Cluster:
 
 PSYCOPG2 = "postgresql+psycopg2"  # SQLAlchemy's driver for Airflow, Celery and Meltano
 SUPERVISOR_HEARTBEAT_SECONDS = 5  # Airflow's [workers] min_heartbeat_interval (default)
+EXECUTION_API_RETRIES = 12  # [workers] execution_api_retries (Airflow: 5)
 ORPHAN_CHECK_SECONDS = 60  # [scheduler] orphaned_tasks_check_interval (Airflow: 300)
 QUEUE_WITHOUT_WORKER_SECONDS = 1800  # Airflow's defaults: 600 s x (2 resends + the first)
 
