@@ -121,3 +121,16 @@ def test_a_task_queued_too_long_is_sent_again_soon_and_a_queue_without_worker_la
     assert int(env["AIRFLOW__SCHEDULER__NUM_STUCK_IN_QUEUED_RETRIES"]) == resends
     assert timeout * (resends + 1) >= 1800
     assert int(env["AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL"]) <= timeout // 4
+
+
+@pytest.mark.parametrize(("heartbeat_timeout", "failed_heartbeats"), [(None, 60), (30, 6), (5, 3)])
+def test_tasks_live_through_an_api_server_outage_as_long_as_the_heartbeat_timeout(
+    tmp_path: Path, heartbeat_timeout: int | None, failed_heartbeats: int
+) -> None:
+    """A task's supervisor gives up after as many failed heartbeats (one per 5 s) as fit in
+    the scheduler's heartbeat timeout (Airflow's 3 ended every task about 10 s into an
+    api-server outage), and each call to the api-server is tried 12 times, not 5."""
+    options = () if heartbeat_timeout is None else ("--heartbeat-timeout", str(heartbeat_timeout))
+    env = saved_cluster(tmp_path, *options).airflow_env()
+    assert int(env["AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS"]) == failed_heartbeats
+    assert int(env["AIRFLOW__WORKERS__EXECUTION_API_RETRIES"]) == 12
