@@ -4,17 +4,18 @@ task runs twice at once, and no limit is passed (#34).
 A cluster of its own (`scripts/cluster up --redis-url --postgres-url`) on servers of this test's
 own, on free ports, never the shared ones: a Redis (the broker and the shared rate budget; AOF,
 fsync every second, as docs/scale-out.md advises) and a PostgreSQL (Airflow's metadata, Meltano's
-state, the warehouse). Two workers of two slots each (`--slots 2`); six accounts (the sandbox's
-three, and three more on account 1001's other owner keys), one task each: more tasks than slots.
+state, the warehouse). Two workers of one slot each (`--slots 1`); three accounts (two of the
+sandbox's, and one more on account 1001's third owner key), one task each: more tasks than
+slots.
 
 1. A first sync without faults: its requests and seconds.
 2. The same first sync again from nothing (raw schemas and Meltano state dropped) while a fault
    schedule runs, each fault once the one before is over:
    - the api-server, the scheduler, the dag-processor: each SIGKILLed, started again 10 s later;
    - the broker and store (Redis) SIGKILLed, started again 10 s later;
-   - worker 2 SIGKILLed (a lost machine); once its task has failed on the heartbeat timeout and
-     its retry waits in the broker for it (a backlog), Redis is SIGKILLed and started again,
-     then the worker, and the backlog runs;
+   - the worker running a load SIGKILLed (a lost machine); once its task has failed on the
+     heartbeat timeout and its retry waits in the broker for it (a backlog), Redis is
+     SIGKILLed and started again, then the worker, and the backlog runs;
    - PostgreSQL stopped at once (`-m immediate`: a crash), started again 10 s later.
    A process manager (this test, every second) starts again any service that exits on its own
    (the scheduler and the dag-processor do when the database goes away).
@@ -75,18 +76,23 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(3000)]
 
 NAME = os.environ.get("GUESTDATA_CLUSTER_FAULTS_NAME", "gdf")
 SUBNET = os.environ.get("GUESTDATA_CLUSTER_FAULTS_SUBNET", "10.202.0")
-# The sandbox's three accounts and three more on account 1001's other owner keys (one each):
-# six tasks, one per account, for the two queues' four slots (`up --slots 2`).
+# Two of the sandbox's accounts (northgate, Rewards off, is a handful of requests) and one more
+# on account 1001's third owner key: three tasks, one per account, for the two queues' two
+# slots (`up --slots 1`). Few tasks, as the test shares two cores with the rest of the suite.
 GROUPS = ["core", "members", "offers"]
-SLOTS = 2
-EXTRA_KEYS = [key for key in OWNER_KEYS if key not in VARIABLES.values()][:3]
+SLOTS = 1
+EXTRA_KEYS = [key for key in OWNER_KEYS if key not in VARIABLES.values()][:1]
 VARIABLES_OF_TEST = {
     **VARIABLES,
     **{f"guestdata_owner{n}_key_1": key for n, key in enumerate(EXTRA_KEYS, 3)},
 }
 ACCOUNTS = {
     "accounts": [
-        *({**account, "groups": GROUPS} for account in SANDBOX_ACCOUNTS["accounts"]),
+        *(
+            {**account, "groups": GROUPS}
+            for account in SANDBOX_ACCOUNTS["accounts"]
+            if account["name"] != "northgate"
+        ),
         *(
             {"name": f"owner{n}", "keys": [f"guestdata_owner{n}_key_1"], "size": "small",
              "groups": GROUPS}
@@ -94,7 +100,7 @@ ACCOUNTS = {
         ),
     ]
 }  # fmt: skip
-LOST_WORKER = 2
+LOST = "worker lost"  # the fault: the worker running a load at that moment
 # Longer than the cluster test's 30 s: a task's supervisor and the scheduler give up on a task
 # that has not heartbeat for this long, and the api-server's outage (10 s down, then 40 s and
 # more to start on a loaded machine) must fit in it.
@@ -111,7 +117,7 @@ GAP_SECONDS = 6.0  # between one fault's end and the next
 # (the services' faults cost no request; a few in flight may be sent again).
 MAX_REQUEST_RATIO = 1.02
 # The sandbox answers this slowly in both runs, so the first sync outlasts the schedule.
-LATENCY_SECONDS = float(os.environ.get("GUESTDATA_CLUSTER_FAULTS_LATENCY", "0.25"))
+LATENCY_SECONDS = float(os.environ.get("GUESTDATA_CLUSTER_FAULTS_LATENCY", "1.0"))
 FIGURES: dict[str, Any] = {}
 
 
@@ -267,11 +273,17 @@ class Schedule(threading.Thread):
         return fault
 
     def worker_lost_with_backlog(self) -> None:
-        fault = Fault(f"worker {LOST_WORKER}", at=time.time())
-        queue = self.cluster.state.queue(LOST_WORKER)
-        running = [t for t in self.tasks() if t["queue"] == queue and t["state"] == "running"]
-        fault.notes["running_at_kill"] = sorted(task_label(t) for t in running)
-        kill_worker(self.cluster.state, LOST_WORKER)
+        fault = Fault(LOST, at=time.time())
+        state = self.cluster.state
+        running = [t for t in self.tasks() if is_load(t) and t["state"] == "running"]
+        assert running, "a load runs when the worker is lost"
+        queue = running[-1]["queue"]
+        worker = next(n for n in range(1, state.workers + 1) if state.queue(n) == queue)
+        fault.notes["worker"] = worker
+        fault.notes["running_at_kill"] = sorted(
+            task_label(t) for t in running if t["queue"] == queue
+        )
+        kill_worker(state, worker)
 
         def backlog() -> list[str]:
             return sorted(
@@ -288,7 +300,7 @@ class Schedule(threading.Thread):
         broker = self.redis_down("broker restarted with a backlog", DOWN_SECONDS / 2)
         broker.notes["backlog"] = fault.notes["backlog"]
         self.pause(1)
-        start_worker(self.cluster.state, LOST_WORKER)
+        start_worker(self.cluster.state, worker)
         fault.back = time.time()
         fault.notes["worker_back"] = fault.back
         # Before the next fault: how soon each task of the backlog runs again.
@@ -431,7 +443,7 @@ def test_services_fail_one_after_another_and_nothing_is_lost(
         *SERVICES,
         "broker and store (redis)",
         "broker restarted with a backlog",
-        f"worker {LOST_WORKER}",
+        LOST,
         "postgresql",
     ], "the whole schedule ran during the run"
     log = sandbox.requests_log(after=first)
@@ -455,7 +467,7 @@ def test_services_fail_one_after_another_and_nothing_is_lost(
     # (fault, how long after it began a try it failed may end)
     can_fail = {
         "broker and store (redis)": DOWN_SECONDS + RETRY_DELAY_SECONDS + 5.0,
-        f"worker {LOST_WORKER}": FAULT_HEARTBEAT_TIMEOUT + 30.0,
+        LOST: FAULT_HEARTBEAT_TIMEOUT + 30.0,
         "postgresql": DOWN_SECONDS + 30.0,
     }
 
@@ -471,7 +483,7 @@ def test_services_fail_one_after_another_and_nothing_is_lost(
 
     # The backlog the broker held ran once the worker was back (the schedule waited for it,
     # at most BACKLOG_RUNS_WITHIN), and succeeded.
-    lost = faults[f"worker {LOST_WORKER}"]
+    lost = faults[LOST]
     backlog = lost.notes["backlog"]
     assert backlog, "the lost worker's queue held tasks when the broker restarted"
     assert {faulted.tasks[label]["state"] for label in backlog} == {"success"}
