@@ -8,7 +8,6 @@ only way to skip them.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,6 +17,7 @@ import pytest
 from cluster_testing import TIME_SCALE, LocalCluster
 from guestdata_cluster import ClusterError, require_namespaces
 from guestdata_sandbox.testing import SandboxProcess
+from support.services import free_port
 
 OPT_OUT = "GUESTDATA_SKIP_CLUSTER_TESTS"
 
@@ -40,12 +40,6 @@ def sandbox(namespaces: None) -> Iterator[SandboxProcess]:
         yield server
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("0.0.0.0", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def cluster(
     sandbox: SandboxProcess, tmp_path_factory: pytest.TempPathFactory
@@ -56,7 +50,7 @@ def cluster(
     local = LocalCluster(
         home=Path(tmp_path_factory.mktemp("cluster")),
         api_url=f"http://127.0.0.1:{port}/api/v1/customer",
-        api_port=free_port(),
+        api_port=free_port("0.0.0.0"),
         logs=Path(tmp_path_factory.mktemp("cluster-logs")),
     )
     try:

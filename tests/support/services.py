@@ -17,6 +17,8 @@ from pathlib import Path
 import psycopg
 import redis
 
+from guestdata_cluster.processes import wait_until
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
@@ -24,22 +26,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_for(check: object, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():  # type: ignore[operator]
-                return
-        except (OSError, redis.RedisError, psycopg.Error):
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} did not answer within {timeout:.0f} s")
-
-
 @dataclass
 class OwnRedis:
     """A redis-server of the test's own on a free port; `persistent`: AOF (`appendonly yes`,
-    fsync every second, as docs/scale-out.md advises). Stopped whatever happens (`stop`)."""
+    fsync `fsync`: every write by default, `everysec` as docs/scale-out.md advises). Stopped
+    whatever happens (`stop`)."""
 
     folder: Path
     persistent: bool
@@ -62,7 +53,7 @@ class OwnRedis:
             stdout=subprocess.DEVNULL,
         )
         client = redis.Redis.from_url(self.url)
-        wait_for(client.ping, f"redis-server on port {self.port}")
+        wait_until(f"redis-server on port {self.port}", client.ping, 30, interval=0.05)
         client.close()
         self.starts.append(time.time())
 
@@ -148,9 +139,11 @@ class OwnPostgres:
             postgres_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "server.log"),
             "-w", "-t", "60", "start",
         )  # fmt: skip
-        wait_for(
-            lambda: psycopg.connect(f"{self.url}/postgres", connect_timeout=2).close() or True,
+        wait_until(
             f"PostgreSQL on port {self.port}",
+            lambda: psycopg.connect(f"{self.url}/postgres", connect_timeout=2).close() or True,
+            30,
+            interval=0.05,
         )
         self.starts.append(time.time())
 
