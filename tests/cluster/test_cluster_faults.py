@@ -223,6 +223,7 @@ class Schedule(threading.Thread):
         self.manager = ProcessManager(cluster)
         self.faults: list[Fault] = []
         self.error: BaseException | None = None
+        self.rest: Rest | None = None
         self.done = threading.Event()  # the schedule is over
         self.run_ended = threading.Event()  # set by the test: the manager may stop
 
@@ -244,9 +245,12 @@ class Schedule(threading.Thread):
     def tasks(self) -> list[dict[str, Any]]:
         """The run's task instances; [] while the api-server does not answer."""
         try:
-            rest = Rest(self.cluster.state).login()
-            return rest.task_instances(DAG_ID, self.run_id())
+            # One token for the schedule (every process shares the JWT secret, so it outlives
+            # an api-server restart); a new one only after a call failed.
+            self.rest = self.rest or Rest(self.cluster.state).login()
+            return self.rest.task_instances(DAG_ID, self.run_id())
         except (requests.RequestException, ClusterError):
+            self.rest = None
             return []
 
     def service_down(self, service: str) -> None:
