@@ -68,8 +68,13 @@ class Rest:
 
 def task_label(task: Mapping[str, Any]) -> str:
     """A task instance by what it is: `<account>.load` for an account's mapped task (its map
-    index label and the last part of its task id), else its task id."""
-    if task.get("map_index", -1) < 0:
-        return str(task["task_id"])
-    label = task.get("rendered_map_index") or f"{task['task_id']}[{task['map_index']}]"
-    return f"{label}.{str(task['task_id']).rsplit('.', 1)[-1]}"
+    index label and the last part of its task id), else its task id. A mapped try not yet
+    rendered (a retry is, once it runs) is `<task id>[<map index>]`: Airflow reports its map
+    index as its label then, the same for every mapped task."""
+    task_id, map_index = str(task["task_id"]), int(task.get("map_index", -1))
+    if map_index < 0:
+        return task_id
+    rendered = task.get("rendered_map_index")
+    if not rendered or rendered == str(map_index):
+        return f"{task_id}[{map_index}]"
+    return f"{rendered}.{task_id.rsplit('.', 1)[-1]}"

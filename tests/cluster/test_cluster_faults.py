@@ -62,7 +62,7 @@ from cluster_testing import (
     table_checks,
     when,
 )
-from guestdata_cluster import DAG_ID, ClusterError, Rest, task_label
+from guestdata_cluster import DAG_ID, ClusterError, Rest
 from guestdata_cluster.processes import alive
 from guestdata_cluster.stack import SERVICES, kill_service, kill_worker, start_service, start_worker
 from guestdata_cluster.state import ORPHAN_CHECK_SECONDS
@@ -284,16 +284,12 @@ class Schedule(threading.Thread):
         queue = running[-1]["queue"]
         worker = next(n for n in range(1, state.workers + 1) if state.queue(n) == queue)
         fault.notes["worker"] = worker
-        fault.notes["running_at_kill"] = sorted(
-            task_label(t) for t in running if t["queue"] == queue
-        )
+        fault.notes["running_at_kill"] = sorted(task_key(t) for t in running if t["queue"] == queue)
         kill_worker(state, worker)
 
         def backlog() -> list[str]:
             return sorted(
-                task_label(t)
-                for t in self.tasks()
-                if t["queue"] == queue and t["state"] == "queued"
+                task_key(t) for t in self.tasks() if t["queue"] == queue and t["state"] == "queued"
             )
 
         # The heartbeat timeout fails its tasks; their retries are sent to its queue, where no
@@ -313,9 +309,9 @@ class Schedule(threading.Thread):
 
         def backlog_running() -> bool:
             for task in self.tasks():
-                label = task_label(task)
-                if label in waiting and task["state"] in ("running", "success"):
-                    started.setdefault(label, round(time.time() - fault.back, 1))
+                key = task_key(task)
+                if key in waiting and task["state"] in ("running", "success"):
+                    started.setdefault(key, round(time.time() - fault.back, 1))
             return set(started) == waiting
 
         self.until(backlog_running, BACKLOG_RUNS_WITHIN, "the backlog to run")
@@ -356,7 +352,13 @@ class Schedule(threading.Thread):
 
 
 def is_load(task: dict[str, Any]) -> bool:
-    return task_label(task).endswith(".load")
+    return str(task["task_id"]).rsplit(".", 1)[-1] == "load"
+
+
+def task_key(task: dict[str, Any]) -> str:
+    """A task instance while the run goes on: its task id and map index. Not `task_label`: a
+    retry's account label is rendered only once the retry runs (the run's end has them all)."""
+    return f"{task['task_id']}[{task['map_index']}]"
 
 
 def limits(log: list[dict[str, Any]]) -> dict[str, Any]:
@@ -488,10 +490,11 @@ def test_services_fail_one_after_another_and_nothing_is_lost(
     # The backlog the broker held ran once the worker was back (the schedule waited for it,
     # at most BACKLOG_RUNS_WITHIN), and succeeded.
     lost = faults[LOST]
-    backlog = lost.notes["backlog"]
+    label_of = {task_key(task): label for label, task in faulted.tasks.items()}
+    backlog = [label_of[key] for key in lost.notes["backlog"]]
     assert backlog, "the lost worker's queue held tasks when the broker restarted"
     assert {faulted.tasks[label]["state"] for label in backlog} == {"success"}
-    delays = lost.notes["backlog_running_after_seconds"]
+    delays = {label_of[k]: s for k, s in lost.notes["backlog_running_after_seconds"].items()}
 
     # Requests: an account whose task no fault failed sends what it sent in the clean run; a
     # failed try costs at most its account's requests once more (a short first sync stores no
