@@ -19,6 +19,7 @@ any key and of any address. Prints the figures as JSON (and writes --out).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -116,7 +117,15 @@ class Deployment:
             "wall_seconds": round(at(run["end_date"]) - at(run["start_date"]), 1),
             "tasks": len(tasks),
             "task_seconds_mean": round(sum(durations) / max(len(durations), 1), 1),
-        }
+            "started_at": at(run["start_date"]),
+            "ended_at": at(run["end_date"]),
+            # Each task's (start, end), seconds after the run's start.
+            "task_spans": sorted(
+                (round(at(t["start_date"]) - at(run["start_date"]), 1),
+                 round(at(t["end_date"]) - at(run["start_date"]), 1))
+                for t in tasks if t["start_date"] and t["end_date"]
+            ),
+        }  # fmt: skip
 
 
 def forecast(
@@ -199,6 +208,7 @@ def medium_first_sync(args: argparse.Namespace) -> dict[str, Any]:
         log = sandbox.requests_log()
     report = limits_report(log, window)
     utilisation = report["requests"] / (run["wall_seconds"] / window * PER_ADDRESS)
+    run.update(idle_time(log, run.pop("started_at"), run.pop("ended_at")))
     measured = requests_per_account(log, variables, accounts)
     planned = forecast(accounts, 1, "first", measured, window)
     return {
@@ -206,6 +216,20 @@ def medium_first_sync(args: argparse.Namespace) -> dict[str, Any]:
         **report,
         "utilisation": round(utilisation, 3),
         "planner_forecast_seconds": round(planned, 1),
+    }
+
+
+def idle_time(log: list[dict[str, Any]], started: float, ended: float) -> dict[str, Any]:
+    """Where the run sent no request: before its first, after its last, and every pause of
+    over a second between them (seconds after the run's start, and how long)."""
+    times = sorted(float(entry["time"]) for entry in log)
+    pauses = [
+        (round(a - started, 1), round(b - a, 1)) for a, b in itertools.pairwise(times) if b - a > 1
+    ]
+    return {
+        "first_request_after_s": round(times[0] - started, 1),
+        "after_last_request_s": round(ended - times[-1], 1),
+        "pauses_over_1s": pauses,
     }
 
 
