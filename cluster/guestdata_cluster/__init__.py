@@ -13,7 +13,7 @@
 
 from guestdata_cluster.deploy import default_accounts
 from guestdata_cluster.network import require_namespaces
-from guestdata_cluster.rest import Rest, task_label
+from guestdata_cluster.rest import Rest, task_key, task_label
 from guestdata_cluster.state import DAG_ID, Cluster, ClusterError
 
 __all__ = [
@@ -23,5 +23,6 @@ __all__ = [
     "Rest",
     "default_accounts",
     "require_namespaces",
+    "task_key",
     "task_label",
 ]

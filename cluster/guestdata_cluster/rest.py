@@ -76,5 +76,11 @@ def task_label(task: Mapping[str, Any]) -> str:
         return task_id
     rendered = task.get("rendered_map_index")
     if not rendered or rendered == str(map_index):
-        return f"{task_id}[{map_index}]"
+        return task_key(task)
     return f"{rendered}.{task_id.rsplit('.', 1)[-1]}"
+
+
+def task_key(task: Mapping[str, Any]) -> str:
+    """A mapped task instance by its task id and map index, `<task id>[<map index>]`: the same
+    name for every try, rendered or not (a label comes only once a try runs)."""
+    return f"{task['task_id']}[{task['map_index']}]"

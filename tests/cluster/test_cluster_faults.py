@@ -62,7 +62,7 @@ from cluster_testing import (
     table_checks,
     when,
 )
-from guestdata_cluster import DAG_ID, ClusterError, Rest
+from guestdata_cluster import DAG_ID, ClusterError, Rest, task_key
 from guestdata_cluster.processes import alive
 from guestdata_cluster.stack import SERVICES, kill_service, kill_worker, start_service, start_worker
 from guestdata_cluster.state import ORPHAN_CHECK_SECONDS
@@ -353,12 +353,6 @@ class Schedule(threading.Thread):
 
 def is_load(task: dict[str, Any]) -> bool:
     return str(task["task_id"]).rsplit(".", 1)[-1] == "load"
-
-
-def task_key(task: dict[str, Any]) -> str:
-    """A task instance while the run goes on: its task id and map index. Not `task_label`: a
-    retry's account label is rendered only once the retry runs (the run's end has them all)."""
-    return f"{task['task_id']}[{task['map_index']}]"
 
 
 def limits(log: list[dict[str, Any]]) -> dict[str, Any]:
