@@ -23,9 +23,20 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = PROJECT_ROOT / "dags"
 HERE = Path(__file__).resolve().parent
 MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
+# `dag.test()` runs every task in one process, one after another: a DAG of many accounts' loads
+# took 600 s and more in CI, where six test processes share two cores.
+DAG_TEST_TIMEOUT = 1800
 PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types", "dbt-postgres")
 
-__all__ = ["MELTANO", "PLUGINS", "PROJECT_ROOT", "Airflow", "airflow_env", "demo_pipeline"]
+__all__ = [
+    "DAG_TEST_TIMEOUT",
+    "MELTANO",
+    "PLUGINS",
+    "PROJECT_ROOT",
+    "Airflow",
+    "airflow_env",
+    "demo_pipeline",
+]
 
 # A developer's own settings must not leak into the DAG under test.
 SCRUBBED_PREFIXES = ("AIRFLOW", "GUESTDATA_", "TAP_GUESTDATA", "TARGET_POSTGRES", "MELTANO_")
@@ -101,7 +112,9 @@ class Airflow:
         """`dag.test()` of `dag_id` (`run`: its logical_date and conf, see run_dag.py); unless
         `check` is False, a failed run fails the test."""
         arguments = [json.dumps(dict(run))] if run else []
-        self.run(str(HERE / "run_dag.py"), dag_id, *arguments, timeout=600, check=check)
+        self.run(
+            str(HERE / "run_dag.py"), dag_id, *arguments, timeout=DAG_TEST_TIMEOUT, check=check
+        )
         return json.loads(self.logs[-1].read_text().strip().splitlines()[-1])
 
     def output(self) -> str:

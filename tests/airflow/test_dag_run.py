@@ -23,11 +23,19 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dag_testing import Airflow, AirflowFactory, demo_pipeline, meltano_state, state_ids
+from dag_testing import (
+    DAG_TEST_TIMEOUT,
+    Airflow,
+    AirflowFactory,
+    demo_pipeline,
+    meltano_state,
+    state_ids,
+)
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 
-pytestmark = pytest.mark.airflow
+# dag.test() may take up to DAG_TEST_TIMEOUT; the suite's 900 s would stop it first.
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(DAG_TEST_TIMEOUT + 300)]
 
 # Three keys, every task uses them all. Two come from Airflow Variables, one from a plain
 # environment variable of the worker.
