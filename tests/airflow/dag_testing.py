@@ -26,10 +26,12 @@ MELTANO = PROJECT_ROOT / ".venv" / "bin" / "meltano"
 # `dag.test()` runs every task in one process, one after another: a DAG of many accounts' loads
 # took 600 s and more in CI, where six test processes share two cores.
 DAG_TEST_TIMEOUT = 1800
+# A module that runs `dag.test()`: the suite's pytest-timeout (900 s) would stop it first.
+DAG_TEST_PYTEST_TIMEOUT = pytest.mark.timeout(DAG_TEST_TIMEOUT + 300)
 PLUGINS = ("tap-guestdata", "target-postgres", "guestdata-pg-types", "dbt-postgres")
 
 __all__ = [
-    "DAG_TEST_TIMEOUT",
+    "DAG_TEST_PYTEST_TIMEOUT",
     "MELTANO",
     "PLUGINS",
     "PROJECT_ROOT",

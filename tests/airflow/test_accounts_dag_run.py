@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dag_testing import DAG_TEST_TIMEOUT, Airflow, AirflowFactory, demo_pipeline, state_ids
+from dag_testing import DAG_TEST_PYTEST_TIMEOUT, Airflow, AirflowFactory, demo_pipeline, state_ids
 from guestdata_sandbox.accounts import (
     LIMITED_ACCESS_KEY,
     NO_REWARDS_PLAN_KEY,
@@ -36,8 +36,7 @@ from guestdata_sandbox.accounts import (
 )
 from guestdata_sandbox.testing import SandboxProcess
 
-# dag.test() may take up to DAG_TEST_TIMEOUT; the suite's 900 s would stop it first.
-pytestmark = [pytest.mark.airflow, pytest.mark.timeout(DAG_TEST_TIMEOUT + 300)]
+pytestmark = [pytest.mark.airflow, DAG_TEST_PYTEST_TIMEOUT]
 
 STREAMS = {
     "core": ("account", "venues", "guests"),

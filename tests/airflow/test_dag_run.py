@@ -24,7 +24,7 @@ import pytest
 from psycopg import sql
 
 from dag_testing import (
-    DAG_TEST_TIMEOUT,
+    DAG_TEST_PYTEST_TIMEOUT,
     Airflow,
     AirflowFactory,
     demo_pipeline,
@@ -34,8 +34,7 @@ from dag_testing import (
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 
-# dag.test() may take up to DAG_TEST_TIMEOUT; the suite's 900 s would stop it first.
-pytestmark = [pytest.mark.airflow, pytest.mark.timeout(DAG_TEST_TIMEOUT + 300)]
+pytestmark = [pytest.mark.airflow, DAG_TEST_PYTEST_TIMEOUT]
 
 # Three keys, every task uses them all. Two come from Airflow Variables, one from a plain
 # environment variable of the worker.
