@@ -55,6 +55,7 @@ DAY_OF = {
     "redemptions": "created_at",
 }
 LEDGER_MEMBERS = 200  # the day's ledger lines go to this many members (one request each)
+LOAD_TIMEOUT = 3600  # a first load of the large account takes minutes, more on a busy machine
 
 
 def copy_accounts(conninfo: str, count: int, prefix: str, rows: int | None) -> None:
@@ -142,13 +143,13 @@ def history(server: Any, work: Path, size: str, seed: int) -> dict[str, Any]:
         conninfo = server.conninfo(database)
         load = meltano_project(sandbox, server, database, work / f"load-{size}", work / "logs")
         started = time.monotonic()
-        load.run(*LOAD_ONLY)
+        load.run(*LOAD_ONLY, timeout=LOAD_TIMEOUT)
         first_load = time.monotonic() - started
         nightly = dbt_for(server, database, work, f"{size}-nightly")
         first = timed_build(nightly)
         day = add_a_day(sandbox, conninfo)
         started = time.monotonic()
-        load.run(*LOAD_ONLY)
+        load.run(*LOAD_ONLY, timeout=LOAD_TIMEOUT)
         day_load = time.monotonic() - started
         after_a_day = timed_build(nightly)
         full = dbt_for(server, database, work, f"{size}-full", GUESTDATA_DBT_SCHEMA="full_refresh")

@@ -119,11 +119,15 @@ class MeltanoProject:
     root: Path = PROJECT_ROOT
 
     def run(
-        self, *args: str, extra_env: Mapping[str, str] | None = None, check: bool = True
+        self,
+        *args: str,
+        extra_env: Mapping[str, str] | None = None,
+        check: bool = True,
+        timeout: float = 600,
     ) -> subprocess.CompletedProcess[str]:
         started = time.monotonic()
         result = run_in_project(
-            [str(MELTANO), *args], {**self.env, **(extra_env or {})}, timeout=600, cwd=self.root
+            [str(MELTANO), *args], {**self.env, **(extra_env or {})}, timeout=timeout, cwd=self.root
         )
         elapsed = time.monotonic() - started
         log = self.log_dir / f"meltano-{time.time_ns()}.log"

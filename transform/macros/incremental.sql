@@ -75,6 +75,13 @@
   ({{ loaded_since(since, rows ~ '._sdc_batched_at') }} or {{ rows }}._sdc_deleted_at >= {{ since }})
 {%- endmacro %}
 
+{#- When the build that last wrote the row started (dbt's run_started_at, UTC): every incremental
+    model has it as built_at, so a nightly build's data tests read the rows it wrote
+    (macros/data_test_scope.sql), and a reader can take what changed since a time. -#}
+{% macro build_started_at() -%}
+  cast('{{ run_started_at.strftime("%Y-%m-%d %H:%M:%S.%f") }}' as {{ dbt.type_timestamp() }})
+{%- endmacro %}
+
 {#- The key's newest raw row was flagged deleted: the batch carries it only so that its old row
     is removed (get_incremental_guestdata_upsert_sql inserts no tombstone). -#}
 {% macro tombstone_column(incremental) -%}

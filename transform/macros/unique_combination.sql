@@ -18,7 +18,8 @@ having count(*) > 1
 {#- Every value names a row of `to` in the same account (dbt's relationships, account-scoped). -#}
 {% test guestdata_relationships_in_account(model, column_name, to, field) %}
 select child.source_relation, child.{{ column_name }}
-from {{ model }} as child
+-- a subquery: `model` may be one already (a test's where, macros/data_test_scope.sql)
+from (select * from {{ model }}) as child
 left join {{ to }} as parent
     on parent.source_relation = child.source_relation
     and parent.{{ field }} = child.{{ column_name }}

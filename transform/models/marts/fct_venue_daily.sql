@@ -250,6 +250,7 @@ select
     spine.source_relation,
     accounts.account_id,
     accounts.account_name,
+    {{ build_started_at() }} as built_at,
     spine.venue_id,
     venues.venue_name,
     spine.date,

@@ -95,6 +95,7 @@ select
     latest_read.source_relation,
     latest_read.account_id,
     latest_read.account_name,
+    {{ build_started_at() }} as built_at,
     latest_read.contact_key,
     latest_read.contact_type,
     latest_read.email,
@@ -129,7 +130,7 @@ select audience.*, false as guestdata_is_tombstone from audience
 union all
 -- an affected contact no longer in the audience: its row is removed
 select
-    affected.source_relation, null, null, affected.contact_key, null, null, null, null, null,
+    affected.source_relation, null, null, null, affected.contact_key, null, null, null, null, null,
     null, null, null, null, null, null, null, true
 from affected
 left join audience

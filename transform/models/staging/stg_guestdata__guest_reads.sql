@@ -12,6 +12,7 @@ select
     reads.source_relation,
     cast(accounts.account_id as {{ dbt.type_bigint() }}) as account_id,
     cast(accounts.account_name as {{ dbt.type_string() }}) as account_name,
+    {{ build_started_at() }} as built_at,
     reads.venue_id,
     reads.read_version,
     reads.covered_from_day,
