@@ -56,7 +56,7 @@ INCREMENTAL_STAGING = (
     "stg_guestdata__rewards",
     "stg_guestdata__redemptions",
 )
-INCREMENTAL_MARTS = ("fct_venue_daily", "marketing_audience")
+INCREMENTAL_MARTS = ("fct_venue_daily", "marketing_audience", "dim_members")
 LONDON = ZoneInfo("Europe/London")
 
 

@@ -40,7 +40,7 @@
     {{ return(none) }}
   {% endif %}
   {{ return("built_at > coalesce((select max(tested_through) from " ~ record ~ " where model_name = '"
-            ~ tested.name ~ "'), cast('1900-01-01' as " ~ dbt.type_timestamp() ~ "))") }}
+            ~ tested.name ~ "'), cast('1900-01-01 00:00:00+00:00' as " ~ instant_type() ~ "))") }}
 {% endmacro %}
 
 {#- The record of tested builds, or none before the first build has written it. -#}
@@ -76,7 +76,7 @@
     {% set record = api.Relation.create(database=target.database, schema=target.schema,
                                         identifier='guestdata_tested_builds') %}
     {% do adapter.execute('create table if not exists ' ~ record ~ ' (model_name '
-                          ~ dbt.type_string() ~ ', tested_through ' ~ dbt.type_timestamp() ~ ')',
+                          ~ dbt.type_string() ~ ', tested_through ' ~ instant_type() ~ ')',
                           auto_begin=true) %}
     {% do adapter.execute('delete from ' ~ record ~ " where model_name in ('"
                           ~ passed | join("', '") ~ "')", auto_begin=true) %}

@@ -79,7 +79,21 @@
     model has it as built_at, so a nightly build's data tests read the rows it wrote
     (macros/data_test_scope.sql), and a reader can take what changed since a time. -#}
 {% macro build_started_at() -%}
-  cast('{{ run_started_at.strftime("%Y-%m-%d %H:%M:%S.%f") }}' as {{ dbt.type_timestamp() }})
+  cast('{{ run_started_at.strftime("%Y-%m-%d %H:%M:%S.%f") }}+00:00' as {{ instant_type() }})
+{%- endmacro %}
+
+{#- An instant's type, as the loader's times have it (compared with them whatever the session's
+    time zone). -#}
+{% macro instant_type() -%}
+  {{ return(adapter.dispatch('instant_type', 'guestdata')()) }}
+{%- endmacro %}
+
+{% macro postgres__instant_type() -%}
+  timestamp with time zone
+{%- endmacro %}
+
+{% macro default__instant_type() -%}
+  timestamp_tz
 {%- endmacro %}
 
 {#- The key's newest raw row was flagged deleted: the batch carries it only so that its old row

@@ -67,25 +67,25 @@
 {% endmacro %}
 
 {#- The trusted complete reads of a stream (see above): the warehouse holds every row the read
-    returned. `since` (an SQL literal, hook_watermarks): only the reads loaded since then. -#}
-{% macro trusted_reads_sql(stream, tables, since=none) %}
-  {% set holdings = read_holdings_sql(stream, tables, loaded_since(since, 'reads._sdc_batched_at')) %}
+    returned. `reads_where` (SQL over `reads`, hook_reads_where): which reads. -#}
+{% macro trusted_reads_sql(stream, tables, reads_where) %}
+  {% set holdings = read_holdings_sql(stream, tables, reads_where) %}
   {{ return("select * from (" ~ holdings ~ ") as holdings where rows_held >= rows_read") }}
 {% endmacro %}
 
 {#- Ids of the stream's raw rows deleted in the source, with when that was first seen. With
-    `since` (the hook's watermark), only the rows inside the windows of the reads loaded since:
-    an older read was applied by an earlier build, and a row loaded later is newer than it. -#}
-{% macro deleted_in_source_sql(stream, trusted, tables, since=none) -%}
+    `reads_where` (hook_reads_where), only the rows inside the windows of those reads: an older
+    read was applied by an earlier build, and a row loaded later is newer than it. -#}
+{% macro deleted_in_source_sql(stream, trusted, tables, reads_where=none) -%}
 select ids.id as deleted_id, min(trusted.completed_at) as deleted_seen_at
 from (
     select id, venue_id, min({{ stream.time }}) as row_time,
         max(coalesce(_sdc_table_version, 0)) as newest_version
     from {{ tables.raw }}
-    {%- if since is not none %}
+    {%- if reads_where is not none %}
     where {{ stream.time }} >= (
-        select min(covers_from) from {{ tables.windows }}
-        where stream = '{{ stream.name }}' and {{ loaded_since(since) }}
+        select min(reads.covers_from) from {{ tables.windows }} as reads
+        where reads.stream = '{{ stream.name }}' and ({{ reads_where }})
     )
     {%- endif %}
     group by id, venue_id
@@ -98,6 +98,23 @@ inner join ({{ trusted }}) as trusted
 group by ids.id
 {%- endmacro %}
 
+{#- The reads the hook applies: those loaded since the account's watermark (`since`, from
+    hook_watermarks; every read without one), but not one stg_guestdata__guest_reads (`applied`)
+    holds as trusted from this very raw row, built a lookback after it was loaded: the hook that
+    ran before that build saw it trusted and applied it (the read at the watermark, `>=`, is the
+    last batch the previous build read; without this its whole window was read again). -#}
+{% macro hook_reads_where(since, account, applied) %}
+  {% set where = loaded_since(since, 'reads._sdc_batched_at') %}
+  {% if since is none or applied is none %}
+    {{ return(where) }}
+  {% endif %}
+  {{ return(where ~ " and not exists (select 1 from " ~ applied ~ " as applied"
+            ~ " where applied.source_relation = '" ~ account ~ "' and applied.is_trusted"
+            ~ " and applied.venue_id = reads.venue_id and applied.read_version = reads.read_version"
+            ~ " and applied.loaded_at = reads._sdc_batched_at and applied.built_at >= "
+            ~ dbt.dateadd('hour', incremental_lookback_hours(), 'reads._sdc_batched_at') ~ ")") }}
+{% endmacro %}
+
 {#- on-run-start: rows the API no longer returns inside a trusted read's window are marked
     (_sdc_deleted_at, so staging leaves them out) and lose their personal fields, as an erasure
     does; rows already in that form are not counted again. Each account's raw schema apart: a
@@ -107,11 +124,18 @@ group by ids.id
     {{ return('') }}
   {% endif %}
   {% set counts, watermarks = {}, hook_watermarks() %}
+  {% set applied = none if flags.FULL_REFRESH else erasure_model_relation('stg_guestdata__guest_reads') %}
+  {% if applied is not none and 'built_at' not in adapter.get_columns_in_relation(applied)
+                                                  | map(attribute='name') | map('lower') | list %}
+    {% set applied = none %}  {#- built before built_at: no record of when -#}
+  {% endif %}
   {% for stream in source_deletion_streams() %}
   {% for schema, tables in read_tables(stream).items() %}
     {% set since = watermarks.get(schema | lower) %}
-    {% set trusted = trusted_reads_sql(stream, tables, since) %}
-    {% set match = "id in (select deleted_id from (" ~ deleted_in_source_sql(stream, trusted, tables, since)
+    {% set reads_where = hook_reads_where(since, schema | lower, applied) %}
+    {% set trusted = trusted_reads_sql(stream, tables, reads_where) %}
+    {% set match = "id in (select deleted_id from (" ~ deleted_in_source_sql(
+                       stream, trusted, tables, reads_where if since is not none else none)
                    ~ ") as deleted_in_source)" %}
     {% set assignments = {} %}
     {% do assignments.update(stream.set) %}
@@ -129,6 +153,14 @@ group by ids.id
   {{ return('') }}
 {% endmacro %}
 
+{#- A read of read_windows (`reads`) the model `existing` does not hold as trusted from this very
+    raw row (its loader time): one it holds so stays as it is (a trusted read stays trusted), so
+    the read at a build's watermark (`>=`: the last batch the previous build read) and within its
+    lookback is not counted again, its whole window of raw guests with it. -#}
+{% macro not_held_trusted(reads, existing, account) -%}
+  ({{ reads }}.venue_id, {{ reads }}.read_version, {{ reads }}._sdc_batched_at) not in (select venue_id, read_version, loaded_at from {{ existing }} where source_relation = '{{ account }}' and is_trusted and loaded_at is not null)
+{%- endmacro %}
+
 {#- For stg_guestdata__guest_reads: every account's complete reads of guests, per venue, whether
     trusted, with the London days each covered whole (from covers_from's day up to the day
     before covers_until's) and when it started and finished: a day's guest page was read
@@ -143,7 +175,8 @@ group by ids.id
     {%- set account = schema | lower -%}
     {%- set reads_where = '1 = 1' -%}
     {%- if existing is not none -%}
-      {%- set reads_where = loaded_since(build_watermark(existing), 'reads._sdc_batched_at')
+      {%- set reads_where = "(" ~ loaded_since(build_watermark(existing), 'reads._sdc_batched_at')
+          ~ " and " ~ not_held_trusted('reads', existing, account) ~ ")"
           ~ " or (reads.venue_id, reads.read_version) in (select venue_id, read_version from "
           ~ existing ~ " where source_relation = '" ~ account ~ "' and not is_trusted)"
           ~ " or not exists (select 1 from " ~ existing ~ " where source_relation = '" ~ account ~ "')" -%}

@@ -1,5 +1,11 @@
+{{ incremental_mart_config(['source_relation', 'member_id']) }}
+{%- set incremental = is_incremental() %}
+-- depends_on: {{ ref('stg_guestdata__account') }}
 -- One row per member: status, tier, balances and visits as the API gave them, and what the
 -- ledger says (spec 2.9: balance_after follows the deltas, so both should equal the balance).
+-- Incremental (docs/transform.md "What is incremental"): only the members whose row or ledger
+-- was written since the last build, erased, no longer listed, or whose tier's name changed are
+-- computed again (the ledger grows with the history; a night touches a few hundred members).
 with members as (
     select * from {{ ref('stg_guestdata__members') }}
 ),
@@ -7,7 +13,46 @@ with members as (
 tiers as (
     select * from {{ ref('stg_guestdata__tiers') }}
 ),
+{% if incremental %}
+since as (
+    select {{ mart_since() }} as since
+),
 
+affected as (
+    select members.source_relation, members.member_id
+    from members
+    cross join since
+    where members.loaded_at >= since.since
+        -- erasure rewrites the staging row, not its loader time
+        or members.is_erased
+        or members.source_relation in ({{ accounts_new_or_renamed() }})
+    union
+    select ledger.source_relation, ledger.member_id
+    from {{ ref('stg_guestdata__member_ledger') }} as ledger
+    cross join since
+    where ledger.loaded_at >= since.since
+    union
+    -- ledger lines flagged deleted (ACTIVATE_VERSION): gone from staging, so read raw
+    select deleted.source_relation, cast(deleted.member_id as {{ dbt.type_bigint() }})
+    from ({{ union_raw('member_ledger') }}) as deleted
+    cross join since
+    where deleted._sdc_deleted_at >= since.since
+    union
+    -- members no longer listed, and tiers renamed or gone (tiers are read again every run)
+    select built.source_relation, built.member_id
+    from {{ this }} as built
+    left join members
+        on members.source_relation = built.source_relation and members.member_id = built.member_id
+    left join tiers
+        on tiers.source_relation = built.source_relation and tiers.tier_key = built.tier_key
+    where members.member_id is null
+        or (built.tier_key is not null and built.tier_name is distinct from tiers.tier_name)
+),
+{% else %}
+affected as (
+    select source_relation, member_id from members
+),
+{% endif %}
 ledger as (
     select
         *,
@@ -15,6 +60,9 @@ ledger as (
             partition by source_relation, member_id order by created_at desc, ledger_entry_id desc
         ) as newest_first
     from {{ ref('stg_guestdata__member_ledger') }}
+    {%- if incremental %}
+    where (source_relation, member_id) in (select source_relation, member_id from affected)
+    {%- endif %}
 ),
 
 ledger_totals as (
@@ -24,16 +72,19 @@ ledger_totals as (
         count(*) as ledger_lines,
         sum(points_delta) as ledger_points_sum,
         max(case when newest_first = 1 then balance_after end) as ledger_last_balance_after,
-        max(created_at) as ledger_last_entry_at
+        max(created_at) as ledger_last_entry_at,
+        max(loaded_at) as loaded_at
     from ledger
     group by source_relation, member_id
 )
 
 select
-    members.source_relation,
+    {{- ' members.member_id is null as guestdata_is_tombstone,' if incremental }}
+    affected.source_relation,
     members.account_id,
     members.account_name,
-    members.member_id,
+    {{ build_started_at() }} as built_at,
+    affected.member_id,
     members.member_number,
     members.member_status,
     -- an erased member keeps no contact here (the API shows placeholders)
@@ -64,8 +115,13 @@ select
     ledger_totals.ledger_last_entry_at,
     members.points_balance = coalesce(ledger_totals.ledger_points_sum, 0)
     and members.points_balance = coalesce(ledger_totals.ledger_last_balance_after, 0)
-        as balance_matches_ledger
-from members
+        as balance_matches_ledger,
+    -- the newest loader time of the member's row and ledger: the incremental watermark
+    {{ greatest_of('members.loaded_at', 'ledger_totals.loaded_at') }} as loaded_at
+from affected
+{{ 'left' if incremental else 'inner' }} join members
+    on members.source_relation = affected.source_relation
+    and members.member_id = affected.member_id
 left join tiers
     on tiers.source_relation = members.source_relation
     and tiers.tier_key = members.tier_key
