@@ -96,7 +96,7 @@ from {{ source('guestdata', table) }} as raw_table
   {%- for relation in relations %}
   {%- set held = relation.columns | map('lower') | list %}
   {%- set name = account_name_of(relation.schema) %}
-{{ 'union all' if not loop.first }}
+  {%- set branch %}
 select
     cast('{{ relation.schema | lower }}' as {{ dbt.type_string() }}) as source_relation,
     cast({{ "'" ~ name ~ "'" if name else 'null' }} as {{ dbt.type_string() }}) as account_name,
@@ -104,6 +104,26 @@ select
     {{ adapter.quote(relation.columns[held.index(column)]) if column in held else 'null' }} as {{ column }}{{ ',' if not loop.last }}
     {% endfor -%}
 from {{ api.Relation.create(database=target.database, schema=relation.schema, identifier=table) }}
+  {%- endset %}
+{{ 'union all' if not loop.first }}
+{{ account_branch(branch) }}
   {%- endfor -%}
   {%- endif -%}
 {%- endmacro %}
+
+{#- One account's select in a union across accounts. PostgreSQL pulls each plain select of a
+    union up into it and, at each, rewrites every other branch's columns: its planning grows as
+    the square of the accounts (a union of one 46-column table: 0.35 s at 250 accounts, 9.3 s at
+    1,000). OFFSET 0 keeps each branch a subquery planned on its own (0.07 s, 0.22 s); a filter
+    on the union is then applied to its rows rather than inside each branch's scan. -#}
+{% macro account_branch(select_sql) %}
+  {{ return(adapter.dispatch('account_branch', 'guestdata')(select_sql)) }}
+{% endmacro %}
+
+{% macro postgres__account_branch(select_sql) %}
+  {{ return('(' ~ select_sql ~ ' offset 0)') }}
+{% endmacro %}
+
+{% macro default__account_branch(select_sql) %}
+  {{ return(select_sql) }}
+{% endmacro %}
