@@ -93,6 +93,7 @@ from {{ source('guestdata', table) }} as raw_table
     {%- endfor -%}
   {%- endfor -%}
 -- depends_on: {{ source('guestdata', table) }}
+  {%- set branches = [] %}
   {%- for relation in relations %}
   {%- set held = relation.columns | map('lower') | list %}
   {%- set name = account_name_of(relation.schema) %}
@@ -105,11 +106,22 @@ select
     {% endfor -%}
 from {{ api.Relation.create(database=target.database, schema=relation.schema, identifier=table) }}
   {%- endset %}
-{{ 'union all' if not loop.first }}
-{{ account_branch(branch) }}
-  {%- endfor -%}
+  {%- do branches.append(account_branch(branch)) %}
+  {%- endfor %}
+{{ union_all(branches) }}
   {%- endif -%}
 {%- endmacro %}
+
+{#- `branches` under union all, nested as a balanced tree of parentheses: PostgreSQL analyses a
+    chain of unions one recursion level per branch, and 10,000 branches exceed its stack
+    (max_stack_depth, 2 MB by default); the tree is 14 levels deep. -#}
+{% macro union_all(branches) %}
+  {% if branches | length == 1 %}
+    {{ return(branches[0]) }}
+  {% endif %}
+  {% set middle = (branches | length) // 2 %}
+  {{ return("(" ~ union_all(branches[:middle]) ~ ")\nunion all\n(" ~ union_all(branches[middle:]) ~ ")") }}
+{% endmacro %}
 
 {#- One account's select in a union across accounts. PostgreSQL pulls each plain select of a
     union up into it and, at each, rewrites every other branch's columns: its planning grows as

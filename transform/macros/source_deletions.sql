@@ -87,8 +87,7 @@
     {% do raw.append(account_branch("select " ~ account ~ "id, venue_id, " ~ stream.time
         ~ ", _sdc_table_version from " ~ relations.raw)) %}
   {% endfor %}
-  {{ return({'windows': "(" ~ windows | join(" union all ") ~ ")",
-             'raw': "(" ~ raw | join(" union all ") ~ ")"}) }}
+  {{ return({'windows': "(" ~ union_all(windows) ~ ")", 'raw': "(" ~ union_all(raw) ~ ")"}) }}
 {% endmacro %}
 
 {#- The trusted complete reads of a stream (see above): the warehouse holds every row the read
@@ -137,8 +136,7 @@ group by ids.id
   {% if not branches %}
     {{ return([]) }}
   {% endif %}
-  {% set found = run_query("select distinct raw_schema from (" ~ branches | join(" union all ")
-                           ~ ") as loaded") %}
+  {% set found = run_query("select distinct raw_schema from (" ~ union_all(branches) ~ ") as loaded") %}
   {{ return(found.rows | map(attribute=0) | list) }}
 {% endmacro %}
 
