@@ -48,6 +48,7 @@ RESULTS = Path(__file__).parent / "results"
 TEMPLATE = "guestdata"
 TINY_ROWS = 3  # rows per raw table of a tiny account
 COPY_BATCH = 100  # account schemas copied per transaction
+TINY_RUN_TIMEOUT = 3600  # seconds; a first run of 10,000 accounts took over 600 on a busy machine
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 OWN_SERVER_PORT = 5439  # names the Unix socket only: the own server listens on no TCP port
 OWN_SERVER_CONNECTIONS = 100
@@ -147,10 +148,10 @@ def locks_per_transaction(accounts: int) -> int:
     return max(64, -(-held_at_once // OWN_SERVER_CONNECTIONS))
 
 
-def timed_build(dbt: Dbt, command: str = "build", *options: str) -> float:
+def timed_build(dbt: Dbt, command: str = "build", *options: str, timeout: float = 600) -> float:
     """Seconds of one `dbt build` (or `dbt run`), every model built."""
     started = time.monotonic()
-    run = dbt.run(command, *options)
+    run = dbt.run(command, *options, timeout=timeout)
     elapsed = time.monotonic() - started
     models = run.statuses("model")
     if not models or set(models.values()) != {"success"}:
@@ -302,8 +303,8 @@ def across_accounts(server: Any, work: Path, arguments: argparse.Namespace) -> d
             )
             # dbt run: a few rows break the reconciliations, whose failures would skip the
             # marts in a build.
-            first = timed_build(tiny, "run")
-            nightly = timed_build(tiny, "run")
+            first = timed_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
+            nightly = timed_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
             results[f"tiny_{count}"] = {"first_s": first, "nightly_s": nightly}
             print(count, "tiny accounts:", results[f"tiny_{count}"], flush=True)
     return results
