@@ -24,15 +24,22 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from demo_pipeline import Destination
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import RUN_ALL, Dbt, dbt_env, meltano_project
 from support.pipeline import postgres_server, throwaway_database
@@ -40,6 +47,12 @@ from support.pipeline import postgres_server, throwaway_database
 RESULTS = Path(__file__).parent / "results"
 TEMPLATE = "guestdata"
 TINY_ROWS = 3  # rows per raw table of a tiny account
+COPY_BATCH = 100  # account schemas copied per transaction
+TINY_RUN_TIMEOUT = 3600  # seconds; a first run of 10,000 accounts took over 600 on a busy machine
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+OWN_SERVER_PORT = 5439  # names the Unix socket only: the own server listens on no TCP port
+OWN_SERVER_CONNECTIONS = 100
+DBT_THREADS = 4  # transform/profiles.yml
 LOAD_ONLY = (
     "--environment=dev",
     "run",
@@ -69,22 +82,77 @@ def copy_accounts(conninfo: str, count: int, prefix: str, rows: int | None) -> N
             )
         ]
         limit = sql.SQL(" LIMIT {}").format(sql.Literal(rows)) if rows else sql.SQL("")
-        for number in range(count):
-            schema = f"{prefix}{number:05d}"
+        # 10,000 accounts are 190,000 statements: one round trip per schema (its statements in
+        # one string, without parameters), one commit per COPY_BATCH schemas.
+        for first in range(0, count, COPY_BATCH):
             with connection.transaction():
-                connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-                for table in tables:
-                    connection.execute(
+                for number in range(first, min(first + COPY_BATCH, count)):
+                    schema = f"{prefix}{number:05d}"
+                    statements = [sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema))]
+                    statements += [
                         sql.SQL("CREATE TABLE {} AS SELECT * FROM {}{}").format(
                             sql.Identifier(schema, table), sql.Identifier(TEMPLATE, table), limit
                         )
-                    )
+                        for table in tables
+                    ]
+                    connection.execute(sql.SQL("; ").join(statements))
 
 
-def timed_build(dbt: Dbt, command: str = "build", *options: str) -> float:
+@contextmanager
+def own_server(accounts: int) -> Iterator[Destination]:
+    """A PostgreSQL of the bench's own (initdb into a temporary directory, a Unix socket only),
+    its lock table sized for `accounts`; stopped and removed at exit, whatever happened.
+
+    PostgreSQL locks every relation a query reads until its transaction ends, in a table of
+    max_locks_per_transaction x (max_connections + max_prepared_transactions) slots shared by
+    all sessions: a union of 10,000 accounts' tables needs 10,000 of them (docs/development.md,
+    "One warehouse for every account")."""
+    with tempfile.TemporaryDirectory(prefix="guestdata-bench-pg-") as folder:
+        data = Path(folder) / "data"
+        # PostgreSQL refuses to run as root: then as the postgres system user, owning the folder.
+        as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if as_owner:
+            shutil.chown(folder, "postgres")
+        subprocess.run(
+            [*as_owner, str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"],
+            check=True,
+            capture_output=True,
+        )
+        settings = {
+            "listen_addresses": "''",
+            "unix_socket_directories": folder,
+            "port": str(OWN_SERVER_PORT),
+            "max_connections": str(OWN_SERVER_CONNECTIONS),
+            "max_locks_per_transaction": str(locks_per_transaction(accounts)),
+        }
+        options = " ".join(f"-c {name}={value}" for name, value in settings.items())
+        log = Path(folder) / "log"
+        pg_ctl = [*as_owner, str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(log)]
+        subprocess.run([*pg_ctl, "-w", "-o", options, "start"], check=True, capture_output=True)
+        try:
+            yield Destination(
+                label=f"the bench's own PostgreSQL ({options})",
+                host=folder,
+                port=OWN_SERVER_PORT,
+                user="postgres",
+                password="",
+            )
+        finally:
+            subprocess.run([*pg_ctl, "-w", "-m", "fast", "stop"], check=False, capture_output=True)
+
+
+def locks_per_transaction(accounts: int) -> int:
+    """max_locks_per_transaction for `accounts`: the source-deletions hook's transaction holds
+    two relations per account (guests, read_windows), each of dbt's threads one model's union
+    (a table per account), each relation with its primary key's index."""
+    held_at_once = 2 * (2 + DBT_THREADS) * accounts
+    return max(64, -(-held_at_once // OWN_SERVER_CONNECTIONS))
+
+
+def timed_build(dbt: Dbt, command: str = "build", *options: str, timeout: float = 600) -> float:
     """Seconds of one `dbt build` (or `dbt run`), every model built."""
     started = time.monotonic()
-    run = dbt.run(command, *options)
+    run = dbt.run(command, *options, timeout=timeout)
     elapsed = time.monotonic() - started
     models = run.statuses("model")
     if not models or set(models.values()) != {"success"}:
@@ -175,13 +243,24 @@ def main() -> None:
     parser.add_argument("--tiny", type=int, nargs="*", default=[1000])
     parser.add_argument("--history", nargs="*", default=["medium", "large"])
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--postgres-url", help="the server to use (default: 127.0.0.1:5432)")
+    parser.add_argument(
+        "--own-server",
+        action="store_true",
+        help="start a PostgreSQL of the bench's own, its lock table sized for the largest --tiny",
+    )
     arguments = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
     work = RESULTS / "dbt_build-work"
     for folder in ("load", "logs"):
         (work / folder).mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"accounts": arguments.accounts, "sample": arguments.sample}
-    with postgres_server() as server:
+    with (
+        own_server(max([arguments.accounts, *arguments.tiny]))
+        if arguments.own_server
+        else postgres_server(arguments.postgres_url)
+    ) as server:
+        results["server"] = server.label
         if arguments.accounts or arguments.tiny:
             results.update(across_accounts(server, work, arguments))
         for size in arguments.history:
@@ -225,8 +304,8 @@ def across_accounts(server: Any, work: Path, arguments: argparse.Namespace) -> d
             )
             # dbt run: a few rows break the reconciliations, whose failures would skip the
             # marts in a build.
-            first = timed_build(tiny, "run")
-            nightly = timed_build(tiny, "run")
+            first = timed_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
+            nightly = timed_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
             results[f"tiny_{count}"] = {"first_s": first, "nightly_s": nightly}
             print(count, "tiny accounts:", results[f"tiny_{count}"], flush=True)
     return results

@@ -89,11 +89,13 @@ class Dbt:
     def build(self, *args: str) -> DbtRun:
         return self.run("build", *args)
 
-    def run(self, *args: str, extra_env: dict[str, str] | None = None) -> DbtRun:
+    def run(
+        self, *args: str, extra_env: dict[str, str] | None = None, timeout: float = 600
+    ) -> DbtRun:
         """`dbt ARGS` (a command and its options) on this project, database and target dir."""
         command = [str(DBT), *args, "--project-dir", str(TRANSFORM)]
         command += ["--profiles-dir", str(TRANSFORM), "--target-path", str(self.target_dir)]
-        result = run_in_project(command, {**self.env, **(extra_env or {})}, timeout=600)
+        result = run_in_project(command, {**self.env, **(extra_env or {})}, timeout=timeout)
         return DbtRun(
             result.returncode, result.stdout + result.stderr, read_results(self.target_dir)
         )

@@ -93,10 +93,11 @@ from {{ source('guestdata', table) }} as raw_table
     {%- endfor -%}
   {%- endfor -%}
 -- depends_on: {{ source('guestdata', table) }}
+  {%- set branches = [] %}
   {%- for relation in relations %}
   {%- set held = relation.columns | map('lower') | list %}
   {%- set name = account_name_of(relation.schema) %}
-{{ 'union all' if not loop.first }}
+  {%- set branch %}
 select
     cast('{{ relation.schema | lower }}' as {{ dbt.type_string() }}) as source_relation,
     cast({{ "'" ~ name ~ "'" if name else 'null' }} as {{ dbt.type_string() }}) as account_name,
@@ -104,6 +105,37 @@ select
     {{ adapter.quote(relation.columns[held.index(column)]) if column in held else 'null' }} as {{ column }}{{ ',' if not loop.last }}
     {% endfor -%}
 from {{ api.Relation.create(database=target.database, schema=relation.schema, identifier=table) }}
-  {%- endfor -%}
+  {%- endset %}
+  {%- do branches.append(account_branch(branch)) %}
+  {%- endfor %}
+{{ union_all(branches) }}
   {%- endif -%}
 {%- endmacro %}
+
+{#- `branches` under union all, nested as a balanced tree of parentheses: PostgreSQL analyses a
+    chain of unions one recursion level per branch, and 10,000 branches exceed its stack
+    (max_stack_depth, 2 MB by default); the tree is 14 levels deep. -#}
+{% macro union_all(branches) %}
+  {% if branches | length == 1 %}
+    {{ return(branches[0]) }}
+  {% endif %}
+  {% set middle = (branches | length) // 2 %}
+  {{ return("(" ~ union_all(branches[:middle]) ~ ")\nunion all\n(" ~ union_all(branches[middle:]) ~ ")") }}
+{% endmacro %}
+
+{#- One account's select in a union across accounts. PostgreSQL pulls each plain select of a
+    union up into it and, at each, rewrites every other branch's columns: its planning grows as
+    the square of the accounts (a union of one 46-column table: 0.35 s at 250 accounts, 9.3 s at
+    1,000). OFFSET 0 keeps each branch a subquery planned on its own (0.07 s, 0.22 s); a filter
+    on the union is then applied to its rows rather than inside each branch's scan. -#}
+{% macro account_branch(select_sql) %}
+  {{ return(adapter.dispatch('account_branch', 'guestdata')(select_sql)) }}
+{% endmacro %}
+
+{% macro postgres__account_branch(select_sql) %}
+  {{ return('(' ~ select_sql ~ ' offset 0)') }}
+{% endmacro %}
+
+{% macro default__account_branch(select_sql) %}
+  {{ return(select_sql) }}
+{% endmacro %}
