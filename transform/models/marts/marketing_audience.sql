@@ -1,5 +1,6 @@
 -- depends_on: {{ ref('stg_guestdata__account') }}
 {{ incremental_mart_config(['source_relation', 'contact_key']) }}
+{{ config(pre_hook="{{ without_nested_loops() }}") }}
 {%- set incremental = is_incremental() %}
 -- One row per person who may be sent marketing now: consent as last read (spec 2.3: the
 -- person's answer now, on every arrival row), never an old visit's flag, never a masked
@@ -118,13 +119,12 @@ inner join last_visit
     on last_visit.source_relation = latest_read.source_relation
     and last_visit.contact_key = latest_read.contact_key
     and last_visit.newest_first = 1
+left join erased
+    on erased.source_relation = latest_read.source_relation
+    and erased.contact_key = latest_read.contact_key
 where latest_read.newest_first = 1
     and latest_read.has_marketing_consent
-    -- not in, not an anti-join: PostgreSQL hashes the (small) list whatever its estimates; a
-    -- nested-loop anti-join it chose compared every pair (1 s of a nightly build, large account)
-    and (latest_read.source_relation, latest_read.contact_key) not in (
-        select source_relation, contact_key from erased
-    )
+    and erased.contact_key is null
 )
 {% if incremental %}
 select audience.*, false as guestdata_is_tombstone from audience
