@@ -159,7 +159,12 @@ def query(conninfo: str, statement: str, *params: Any) -> list[tuple]:
         return connection.execute(statement, params).fetchall()
 
 
-# When the rows behind a mart row were read: two loads of the same data differ only in these.
+# When the build that wrote a row started (macros/incremental.sql): two builds of the same data
+# differ in it and in nothing else.
+BUILD_STAMP = "built_at"
+
+# When the rows behind a mart row were read: two loads of the same data differ only in these
+# (and in BUILD_STAMP).
 READ_TIMES = {
     "api_stats_read_at",
     "guests_read_started_at",
@@ -169,8 +174,8 @@ READ_TIMES = {
 
 
 def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:
-    """Every mart's rows, sorted, without the read times (READ_TIMES), for comparing two
-    builds."""
+    """Every mart's rows, sorted, without the read times (READ_TIMES) and BUILD_STAMP, for
+    comparing two builds."""
     tables: dict[str, list[tuple]] = {}
     with psycopg.connect(conninfo) as connection:
         for mart in MARTS:
@@ -181,18 +186,13 @@ def mart_rows(conninfo: str, schema: str) -> dict[str, list[tuple]]:
                     "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                     (schema, mart),
                 )
-                if name not in READ_TIMES
+                if name not in READ_TIMES and name != BUILD_STAMP
             ]
             query = sql.SQL("SELECT {} FROM {}").format(
                 sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(schema, mart)
             )
             tables[mart] = sorted(connection.execute(query).fetchall(), key=repr)
     return tables
-
-
-# When the build that wrote a row started (macros/incremental.sql): two builds of the same data
-# differ in it and in nothing else.
-BUILD_STAMP = "built_at"
 
 
 def model_rows(conninfo: str, schema: str, models: tuple[str, ...]) -> dict[str, list[str]]:
