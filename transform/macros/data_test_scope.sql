@@ -36,17 +36,24 @@
         or tested.unique_id not in selected_resources %}
     {{ return(none) }}
   {% endif %}
-  {% if 'built_at' not in adapter.get_columns_in_relation(relation) | map(attribute='name') | map('lower') | list %}
+  {% if not has_built_at(relation) %}
     {{ return(none) }}
   {% endif %}
   {{ return("built_at > coalesce((select max(tested_through) from " ~ record ~ " where model_name = '"
             ~ tested.name ~ "'), cast('1900-01-01 00:00:00+00:00' as " ~ instant_type() ~ "))") }}
 {% endmacro %}
 
+{#- Where the record of tested builds is kept. -#}
+{% macro tested_builds_location() %}
+  {{ return(api.Relation.create(database=target.database, schema=target.schema,
+                                identifier='guestdata_tested_builds')) }}
+{% endmacro %}
+
 {#- The record of tested builds, or none before the first build has written it. -#}
 {% macro tested_builds_relation() %}
-  {{ return(adapter.get_relation(database=target.database, schema=target.schema,
-                                 identifier='guestdata_tested_builds')) }}
+  {% set location = tested_builds_location() %}
+  {{ return(adapter.get_relation(database=location.database, schema=location.schema,
+                                 identifier=location.identifier)) }}
 {% endmacro %}
 
 {#- on-run-end: each incremental model this build wrote, whose every generic test ran in it and
@@ -73,8 +80,7 @@
     {% endif %}
   {% endfor %}
   {% if passed %}
-    {% set record = api.Relation.create(database=target.database, schema=target.schema,
-                                        identifier='guestdata_tested_builds') %}
+    {% set record = tested_builds_location() %}
     {% do adapter.execute('create table if not exists ' ~ record ~ ' (model_name '
                           ~ dbt.type_string() ~ ', tested_through ' ~ instant_type() ~ ')',
                           auto_begin=true) %}

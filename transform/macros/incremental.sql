@@ -82,6 +82,12 @@
   cast('{{ run_started_at.strftime("%Y-%m-%d %H:%M:%S.%f") }}+00:00' as {{ instant_type() }})
 {%- endmacro %}
 
+{#- The relation has built_at (an incremental model built before it existed has not, until a
+    --full-refresh adds it). -#}
+{% macro has_built_at(relation) %}
+  {{ return('built_at' in adapter.get_columns_in_relation(relation) | map(attribute='name') | map('lower') | list) }}
+{% endmacro %}
+
 {#- An instant's type, as the loader's times have it (compared with them whatever the session's
     time zone). -#}
 {% macro instant_type() -%}

@@ -167,9 +167,8 @@ group by ids.id
   {% endif %}
   {% set counts, watermarks = {}, hook_watermarks() %}
   {% set applied = none if flags.FULL_REFRESH else erasure_model_relation('stg_guestdata__guest_reads') %}
-  {% if applied is not none and 'built_at' not in adapter.get_columns_in_relation(applied)
-                                                  | map(attribute='name') | map('lower') | list %}
-    {% set applied = none %}  {#- built before built_at: no record of when -#}
+  {% if applied is not none and not has_built_at(applied) %}
+    {% set applied = none %}  {#- no record of when it was built -#}
   {% endif %}
   {% for stream in source_deletion_streams() %}
   {% set accounts = read_tables(stream) %}
