@@ -41,7 +41,7 @@ from psycopg import sql
 
 from demo_pipeline import Destination
 from guestdata_sandbox.testing import SandboxProcess
-from support.dbt import RUN_ALL, Dbt, dbt_env, meltano_project
+from support.dbt import LOAD_ONLY, RUN_ALL, Dbt, dbt_env, meltano_project
 from support.pipeline import postgres_server, throwaway_database
 
 RESULTS = Path(__file__).parent / "results"
@@ -53,13 +53,6 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 OWN_SERVER_PORT = 5439  # names the Unix socket only: the own server listens on no TCP port
 OWN_SERVER_CONNECTIONS = 100
 DBT_THREADS = 4  # transform/profiles.yml
-LOAD_ONLY = (
-    "--environment=dev",
-    "run",
-    "tap-guestdata",
-    "target-postgres",
-    "guestdata-pg-types:timestamptz",
-)
 # A day of new data: as many rows of each as the last whole London day has (the raw table's time).
 DAY_OF = {
     "guests": "visited_at",

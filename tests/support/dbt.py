@@ -31,6 +31,14 @@ DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" 
 TRANSFORM = PROJECT_ROOT / "transform"
 RAW_SCHEMA = "guestdata"
 RUN_ALL = ("--environment=dev", "run", "guestdata-to-postgres")  # the daily job: load, dbt build
+# The daily job's load without its build.
+LOAD_ONLY = (
+    "--environment=dev",
+    "run",
+    "tap-guestdata",
+    "target-postgres",
+    "guestdata-pg-types:timestamptz",
+)
 # The weekly refresh (guests re-read whole, so deletions are followed), without and with the build.
 REFRESH_LOAD_ONLY = (
     "--environment=dev",

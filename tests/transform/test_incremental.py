@@ -20,6 +20,7 @@ from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
     INCREMENTAL_MARTS,
     INCREMENTAL_STAGING,
+    LOAD_ONLY,
     LONDON,
     MARTS,
     RAW_SCHEMA,
@@ -252,13 +253,19 @@ def test_the_deletions_hook_reads_only_the_reads_loaded_since_the_last_build(
     assert arrivals > 0 and query(conninfo, flagged, venue_id, start, end) == [(arrivals,)]
 
 
-def test_a_builds_data_tests_read_the_rows_not_yet_tested(dbt: Dbt, conninfo: str) -> None:
+def test_a_builds_data_tests_read_the_rows_not_yet_tested(
+    loaded: MeltanoProject, sandbox: SandboxProcess, dbt: Dbt, conninfo: str
+) -> None:
     """macros/data_test_scope.sql: a `dbt build`'s generic tests of an incremental model read
     the rows written since its last build whose tests all passed; a failure is read again at
     every build until it is mended; `dbt test` reads every row."""
     guests = f"{MODELS_SCHEMA}_staging.stg_guestdata__guests"
     record = f"{MODELS_SCHEMA}.guestdata_tested_builds"
     not_null_venue = "not_null_stg_guestdata__guests_venue_id"
+    # A load of its own, so some rows lie behind the watermark: every build reads the newest
+    # batch again (the watermark is inclusive), and after a refresh that batch holds every guest.
+    sandbox.mutate("add_guests", count=1)
+    loaded.run(*LOAD_ONLY)
     passed = dbt.run("build")
     assert passed.returncode == 0, passed.output[-3000:]
     ((tested_through,),) = query(
@@ -267,11 +274,11 @@ def test_a_builds_data_tests_read_the_rows_not_yet_tested(dbt: Dbt, conninfo: st
     ((newest_build,),) = query(conninfo, f"SELECT max(built_at) FROM {guests}")
     assert tested_through >= newest_build
     # A row a passed build wrote, broken behind dbt's back: the next build's tests do not read it.
-    query(
+    assert query(
         conninfo,
-        f"UPDATE {guests} SET venue_id = NULL "
-        f"WHERE guest_visit_id = (SELECT min(guest_visit_id) FROM {guests}) RETURNING 1",
-    )
+        f"UPDATE {guests} SET venue_id = NULL WHERE guest_visit_id = (SELECT min(guest_visit_id)"
+        f" FROM {guests} WHERE loaded_at < (SELECT max(loaded_at) FROM {guests})) RETURNING 1",
+    ) == [(1,)]
     nightly = dbt.run("build")
     assert nightly.returncode == 0, nightly.output[-3000:]
     assert nightly.statuses("test")[not_null_venue] == "pass"
