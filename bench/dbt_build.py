@@ -14,7 +14,8 @@ database, as the loader would have left them. Side by side in one run:
   of new data (as many arrivals, ledger lines, rewards and redemptions as its last whole day
   had) loaded by the daily sync; the nightly build against a `--full-refresh` build of the same
   raw data. The ratios: nightly / full per size, and the nightly build's growth from one size to
-  the next.
+  the next. Beside them, the nightly build of the same project over empty raw tables: dbt's fixed
+  cost, below which no nightly build goes.
 
 Run from the repository root: `PYTHONPATH=tests:scripts .venv/bin/python bench/dbt_build.py`.
 """
@@ -47,6 +48,7 @@ from support.pipeline import postgres_server, throwaway_database
 RESULTS = Path(__file__).parent / "results"
 TEMPLATE = "guestdata"
 TINY_ROWS = 3  # rows per raw table of a tiny account
+EMPTY_PREFIX = "guestdata_empty_"  # the raw tables without a row (--history)
 COPY_BATCH = 100  # account schemas copied per transaction
 TINY_RUN_TIMEOUT = 3600  # seconds; a first run of 10,000 accounts took over 600 on a busy machine
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -74,7 +76,7 @@ def copy_accounts(conninfo: str, count: int, prefix: str, rows: int | None) -> N
                 (TEMPLATE,),
             )
         ]
-        limit = sql.SQL(" LIMIT {}").format(sql.Literal(rows)) if rows else sql.SQL("")
+        limit = sql.SQL(" LIMIT {}").format(sql.Literal(rows)) if rows is not None else sql.SQL("")
         # 10,000 accounts are 190,000 statements: one round trip per schema (its statements in
         # one string, without parameters), one commit per COPY_BATCH schemas.
         for first in range(0, count, COPY_BATCH):
@@ -215,6 +217,14 @@ def history(server: Any, work: Path, size: str, seed: int) -> dict[str, Any]:
         after_a_day = timed_build(nightly)
         full = dbt_for(server, database, work, f"{size}-full", GUESTDATA_DBT_SCHEMA="full_refresh")
         full_build = timed_build(full, "build", "--full-refresh")
+        # The same project over the same tables, empty: what a nightly build costs before it
+        # reads a row (dbt's start and its nodes), so the least nightly / full can be.
+        copy_accounts(conninfo, 1, EMPTY_PREFIX, 0)
+        empty = dbt_for(
+            server, database, work, f"{size}-empty", GUESTDATA_PG_SCHEMA=f"{EMPTY_PREFIX}00000"
+        )
+        timed_build(empty)
+        empty_build = timed_build(empty)
         with psycopg.connect(conninfo) as connection:
             ((guests,),) = connection.execute(f"SELECT count(*) FROM {TEMPLATE}.guests").fetchall()
     return {
@@ -226,6 +236,8 @@ def history(server: Any, work: Path, size: str, seed: int) -> dict[str, Any]:
         "nightly_build_s": after_a_day,
         "full_build_s": full_build,
         "nightly_over_full": after_a_day / full_build,
+        "empty_nightly_build_s": empty_build,
+        "empty_over_full": empty_build / full_build,
     }
 
 

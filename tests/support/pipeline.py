@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -100,6 +101,21 @@ def run_in_project(
         timeout=timeout,
         check=False,
     )
+
+
+def plugin_venv(plugin_type: str, name: str) -> Path:
+    """Where `meltano install` put a plugin's virtualenv."""
+    return PROJECT_ROOT / ".meltano" / plugin_type / name / "venv"
+
+
+def bytecode_share(venv: Path) -> float:
+    """Of a venv's site-packages modules, the share with a .pyc of this interpreter beside: with
+    none, and PYTHONDONTWRITEBYTECODE set, each start compiles every module it imports."""
+    (site_packages,) = venv.glob("lib/python3*/site-packages")
+    sources = list(site_packages.rglob("*.py"))
+    tag = sys.implementation.cache_tag
+    compiled = [source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc" for source in sources]
+    return sum(path.exists() for path in compiled) / len(sources) if sources else 0.0
 
 
 def install_plugins(plugins: Sequence[str], scratch: Path) -> None:
