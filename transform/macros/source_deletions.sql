@@ -155,7 +155,7 @@ group by ids.id
         ~ ") as raw_schema, cast('" ~ schema | lower ~ "' as " ~ dbt.type_string()
         ~ ") as account, venue_id, read_version, _sdc_batched_at from " ~ relations.windows
         ~ " as reads where reads.stream = '" ~ stream.name ~ "' and "
-        ~ hook_reads_where(watermarks.get(schema | lower), schema | lower, none))) %}
+        ~ loaded_since(watermarks.get(schema | lower), 'reads._sdc_batched_at'))) %}
   {% endfor %}
   {% if not branches %}
     {{ return([]) }}
