@@ -253,6 +253,21 @@ def test_the_deletions_hook_reads_only_the_reads_loaded_since_the_last_build(
     assert arrivals > 0 and query(conninfo, flagged, venue_id, start, end) == [(arrivals,)]
 
 
+def test_the_reads_model_is_indexed_on_its_key_for_the_hooks_lookups(conninfo: str) -> None:
+    """stg_guestdata__guest_reads: the source-deletions hook looks each account's reads up by
+    this key, one account at a time (macros/source_deletions.sql, applied_read)."""
+    definitions = query(
+        conninfo,
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = %s",
+        f"{MODELS_SCHEMA}_staging",
+        "stg_guestdata__guest_reads",
+    )
+    assert any(
+        definition.endswith("(source_relation, venue_id, read_version)")
+        for (definition,) in definitions
+    ), definitions
+
+
 def test_a_builds_data_tests_read_the_rows_not_yet_tested(
     loaded: MeltanoProject, sandbox: SandboxProcess, dbt: Dbt, conninfo: str
 ) -> None:
