@@ -6,6 +6,7 @@ unless `--no-models`."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,19 @@ def test_tasks_live_through_an_api_server_outage_as_long_as_the_heartbeat_timeou
     env = saved_cluster(tmp_path, *options).airflow_env()
     assert int(env["AIRFLOW__WORKERS__MAX_FAILED_HEARTBEATS"]) == failed_heartbeats
     assert int(env["AIRFLOW__WORKERS__EXECUTION_API_RETRIES"]) == 12
+
+
+def test_scripts_cluster_leaves_the_installed_venv_alone() -> None:
+    """A call of `scripts/cluster` (here `--help`) installs nothing once `.venv` has the tool:
+    a reinstall of the editable packages removes `.venv/bin/tap-guestdata` for a moment, and
+    whatever runs it then (another suite, a user's run) fails."""
+    root = Path(__file__).resolve().parents[2]
+    entry_point = root / ".venv" / "bin" / "tap-guestdata"
+    before = entry_point.stat()
+    result = subprocess.run(
+        [str(root / "scripts" / "cluster"), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "kill-worker" in result.stdout
+    after = entry_point.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
