@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from typing import Any
 from urllib.parse import parse_qs
-from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -32,6 +31,7 @@ from dag_testing import (
     state_ids,
 )
 from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.rules import london_today  # the day the truth's stats run to
 from guestdata_sandbox.testing import SandboxProcess
 
 pytestmark = [pytest.mark.airflow, DAG_TEST_PYTEST_TIMEOUT]
@@ -55,7 +55,6 @@ GROUP_OF_PATH = {
 }
 GROUPS = ("core", "members", "rewards", "offers", "stats")
 KEYS = set(OWNER_KEYS[:3])
-LONDON = ZoneInfo("Europe/London")
 DAILY_STATE_ID = "dev:tap-guestdata-to-target-postgres"  # the single task's plain state id
 
 
@@ -73,10 +72,6 @@ def airflow(sandbox: SandboxProcess, airflow_for: AirflowFactory) -> Airflow:
 
 # The London day on which this module's last load of today's stats began (set by each load).
 stats_loaded_on: list[date] = []
-
-
-def london_today() -> date:
-    return datetime.now(LONDON).date()
 
 
 def as_loaded(database_url: str, truth: dict[str, Any]) -> dict[str, Any]:

@@ -12,11 +12,11 @@ import datetime as dt
 import json
 from collections.abc import Iterator
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 
 from guestdata_sandbox.accounts import OWNER_KEYS
+from guestdata_sandbox.rules import london_today
 from guestdata_sandbox.testing import SandboxProcess
 from support.reliability import (
     LEAK_WATCH,
@@ -36,10 +36,6 @@ SPACED_KEY = "gd_owner growth_1 with spaces"
 NEWLINE_KEY = "gd_owner_growth_1\r\nX-Injected: 1"
 SIXTH_KEY = "gd_sixth_key_of_account"
 NUMERIC_KEY = 918273645546372819
-
-
-def london_today() -> dt.date:
-    return dt.datetime.now(ZoneInfo("Europe/London")).date()
 
 
 def bad_configs(base_url: str) -> list[tuple[str, dict[str, Any], tuple[str, ...]]]:

@@ -5,17 +5,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from guestdata_sandbox.rules import london_today
 from guestdata_sandbox.testing import SandboxProcess
 from support.sandbox import tap_config
 from support.tap_process import discover, select_streams
-from support.tap_suite import LONDON, PATH_GROUPS, Sync, param, requests_for, stream_problems, sync
+from support.tap_suite import PATH_GROUPS, Sync, param, requests_for, stream_problems, sync
 
 STATS_STREAMS = ["daily_stats", "daily_account_stats"]
 STATS_PATH = PATH_GROUPS[("daily_stats", "daily_account_stats")]
-
-
-def london_today() -> dt.date:
-    return dt.datetime.now(LONDON).date()
 
 
 def stats_sync(server: SandboxProcess, state: dict | None = None, **settings: Any) -> Sync:
