@@ -1,5 +1,4 @@
-"""One dbt build for every account against one build per account (docs/bench.md, "dbt builds
-across accounts").
+"""One dbt build for every account against one build per account (docs/bench-dbt.md).
 
 Loads one small sandbox account with Meltano into a throwaway database (raw schema `guestdata`),
 then copies its raw tables into N account schemas (`guestdata_a00000`...): straight into the
@@ -100,7 +99,7 @@ def own_server(accounts: int) -> Iterator[Destination]:
 
     PostgreSQL locks every relation a query reads until its transaction ends, in a table of
     max_locks_per_transaction x (max_connections + max_prepared_transactions) slots shared by
-    all sessions: a union of 10,000 accounts' tables needs 10,000 of them (docs/development.md,
+    all sessions: a union of 10,000 accounts' tables needs 10,000 of them (docs/decisions.md,
     "One warehouse for every account")."""
     with tempfile.TemporaryDirectory(prefix="guestdata-bench-pg-") as folder:
         data = Path(folder) / "data"
@@ -159,7 +158,7 @@ def dbt_for(server: Any, database: str, work: Path, label: str, **env: str) -> D
     target = work / label
     target.mkdir(parents=True, exist_ok=True)
     # No lookback: the copies' loader times are minutes old, and a nightly build reads only
-    # what was loaded since the last one (docs/transform.md, "What is incremental").
+    # what was loaded since the last one (docs/transform-incremental.md).
     env = {**env, "GUESTDATA_INCREMENTAL_LOOKBACK_HOURS": "0", "DBT_LOG_PATH": str(target / "logs")}
     return Dbt(env={**dbt_env(server, database), **env}, target_dir=target)
 

@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo
 import harness
 from harness import OWNER_KEYS
 from request_count import bucket, pages
-from tap_guestdata.settings import SETTINGS_SCHEMA
+from tap_guestdata.run.settings import SETTINGS_SCHEMA
 
 LONDON = ZoneInfo("Europe/London")
 PER_KEY_PER_MINUTE = 120  # spec 8

@@ -1,5 +1,5 @@
 """How long each of the pipeline's processes takes to start, from compiled bytecode against
-compiling its modules again (docs/bench.md, "Process start").
+compiling its modules again (docs/bench-tap.md, "Process start").
 
     PYTHONPATH=tests:scripts .venv/bin/python bench/process_start.py [--runs 5]
 

@@ -10,8 +10,8 @@ before anyone edits the tap (the benchmarks never change `tap_guestdata/`).
 (`singer_sdk.contrib.msgspec`), `buffered` MsgSpecWriter that flushes stdout only after
 non-RECORD messages (SCHEMA, STATE, ...) instead of after every record.
 --conformance: `TYPE_CONFORMANCE_LEVEL` of every stream class.
---drift off: no schema-drift check of the rows (`tap_guestdata.drift.check_row` does nothing),
-to measure what the check costs.
+--drift off: no schema-drift check of the rows (`tap_guestdata.stream.drift.check_row` does
+nothing), to measure what the check costs.
 --record-messages sdk: the SDK's own `_generate_record_messages` in every stream, where the tap
 has (or had) its own copy: what a copy of it would buy.
 """
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--tap", default="tap_guestdata.tap:TapGuestData", help="module:Class")
     options = parser.parse_args(argv[:split])
     if options.drift == "off":
-        from tap_guestdata import drift
+        from tap_guestdata.stream import drift
 
         drift.check_row = lambda stream, row: None
 

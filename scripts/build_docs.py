@@ -3,7 +3,7 @@
 - docs/configuration.md is hand-written down to its marker; below it, the settings table, the
   capabilities and the supported Python versions are `tap-guestdata --about --format=json`.
 - docs/tap.md's "Stream groups" table, between its begin and end markers, is the catalog of
-  streams (tap_guestdata/catalog.py): each stream's group, window, weekly refresh and personal
+  streams (tap_guestdata/run/catalog.py): each stream's group, window, weekly refresh and personal
   fields, the facts the DAGs, the reloads and the dbt project read from the same place.
 - transform/macros/personal_fields.sql, whole, is the catalog's personal fields for dbt (which
   cannot import Python): each stream's, and what erasure leaves in each.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from plugin_definition import cli_about  # the tap's own --about, one reader for both files
-from tap_guestdata import catalog
+from tap_guestdata.run import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "configuration.md"
@@ -32,7 +32,7 @@ MARKER = (
 )
 STREAMS_PAGE = ROOT / "docs" / "tap.md"
 STREAMS_BEGIN = (
-    "<!-- Generated from tap_guestdata/catalog.py by scripts/build_docs.py, down to the end"
+    "<!-- Generated from tap_guestdata/run/catalog.py by scripts/build_docs.py, down to the end"
     " marker. -->"
 )
 STREAMS_END = "<!-- End of the generated stream groups. -->"
@@ -154,7 +154,7 @@ def personal_fields_macro() -> str:
         streams.append(f"      '{stream}': {{{erased}}},")
     return "\n".join(
         [
-            "{#- Generated from tap_guestdata/catalog.py by scripts/build_docs.py; do not edit",
+            "{#- Generated from tap_guestdata/run/catalog.py by scripts/build_docs.py; do not edit",
             "    (its --check, run by tests/test_readme.py, fails when it is out of step). Each",
             "    stream that holds a person's contact, and what erasure and source deletions",
             "    leave in each of its fields: the placeholder (erasure_placeholder) or null. -#}",

@@ -1,7 +1,7 @@
 """How many workers: first-sync and nightly durations of many accounts on W worker addresses.
 
     .venv/bin/python scripts/plan_workers.py --accounts 10 --size medium --keys 2 --workers 1
-    .venv/bin/python scripts/plan_workers.py --table          # the README's table (docs/airflow.md)
+    .venv/bin/python scripts/plan_workers.py --table      # the table of docs/airflow-accounts.md
     .venv/bin/python scripts/plan_workers.py ... --simulate   # also a simulated run
 
 The plan is the DAG's own (`tap_guestdata/airflow/accounts.py`): every account on one queue
@@ -9,7 +9,7 @@ The plan is the DAG's own (`tap_guestdata/airflow/accounts.py`): every account o
 `TASKS_PER_QUEUE` tasks at once, each task using every key of its account, and the shared rate
 budget keeping every key to 120 and every address to 600 requests per rolling minute (spec 8).
 A task costs `TASK_START_SECONDS` before its first request (Airflow, Meltano, the tap and the
-target starting; measured on the cluster, docs/airflow.md) and then sends its requests at its
+target starting; measured on the cluster, docs/bench-airflow.md) and then sends its requests at its
 account's keys' rate. A queue's time is the longest of: its tasks laid onto its slots; its
 requests at 600 a minute; any one account's requests at 120 a minute per key (plus a start).
 Requests per group: `SIZE_REQUESTS`; `--first-requests` and `--nightly-requests` take an
@@ -48,7 +48,7 @@ PHASES = ("first", "incremental")
 WINDOWS_HOURS = {"first": 8.0, "incremental": 1.0}  # the README table's windows
 # One task's fixed cost: Airflow starting it on a worker, Meltano, the tap and the target
 # starting and ending: 15.5 to 18.7 s, mean 17.3, measured on scripts/cluster (2 workers, this
-# 2-core machine; tests/cluster's figures, docs/airflow.md "The cost of one task").
+# 2-core machine; tests/cluster's figures, docs/bench-airflow.md "A task's fixed cost").
 TASK_START_SECONDS = 17.0
 LATENCY_SECONDS = 0.05  # one answer, one key, in the simulation and the plan
 

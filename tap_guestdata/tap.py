@@ -1,7 +1,7 @@
 """tap-guestdata: the Guest Data Read API as Singer streams.
 
-Settings: `settings.py` (schema, validation). Streams: the list below, declared in
-`streams/core.py` and `streams/rewards.py`. Shared HTTP rules: `client.py` and `http/`.
+Settings: `run/settings.py` (schema, validation). Streams: the list below, declared in
+`streams/core.py` and `streams/rewards.py`. Shared HTTP rules: `stream/base.py` and `http/`.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from singer_sdk import Stream, Tap
 from singer_sdk.exceptions import ConfigValidationError, FatalAPIError, RetriableAPIError
 from singer_sdk.helpers.capabilities import CapabilitiesEnum, PluginCapabilities, TapCapabilities
 
-from tap_guestdata import drift, planning
-from tap_guestdata import settings as settings_module
-from tap_guestdata.client import GuestDataStream
-from tap_guestdata.progress import QuietLog
-from tap_guestdata.runtime import Runtime
-from tap_guestdata.settings import SETTINGS_SCHEMA, Settings, state_errors
+from tap_guestdata.run import settings as settings_module
+from tap_guestdata.run.progress import QuietLog
+from tap_guestdata.run.runtime import Runtime
+from tap_guestdata.run.settings import SETTINGS_SCHEMA, Settings, state_errors
+from tap_guestdata.run.time_rules import UTC
+from tap_guestdata.run.writer import GuestDataWriter
+from tap_guestdata.stream import drift, planning
+from tap_guestdata.stream.base import GuestDataStream
 from tap_guestdata.streams import core, rewards
-from tap_guestdata.windows import UTC
-from tap_guestdata.writer import GuestDataWriter
 
 # The SDK syncs streams in name order; what several streams need (venues, offers, the
 # programme answer) is read once per run whichever comes first (Runtime.lookup).
@@ -66,8 +66,8 @@ class TapGuestData(Tap):
 
     def _validate_config(self, *, raise_errors: bool = True) -> list[str]:
         """The SDK's step (defaults filled from the schema, errors raised before any request),
-        with messages that never repeat a key and the checks a schema cannot say (settings.py).
-        Override register: docs/development.md."""
+        with messages that never repeat a key and the checks a schema cannot say (run/settings.py).
+        Override register: docs/development-sdk.md."""
         self.append_builtin_config(self.config_jsonschema)
         errors = settings_module.validate(self._config, self.config_jsonschema)
         if errors and raise_errors:
@@ -121,7 +121,7 @@ class TapGuestData(Tap):
 
     def sync_all(self) -> None:  # type: ignore[misc]
         """A plan line per stream, the SDK's sync, then one summary line per stream (also when
-        the run fails). The log stays quiet per request unless asked (progress.py)."""
+        the run fails). The log stays quiet per request unless asked (run/progress.py)."""
         verbose = self.runtime.settings.log_request_metrics or self.logger.isEnabledFor(
             logging.DEBUG
         )
@@ -132,7 +132,7 @@ class TapGuestData(Tap):
                 self.runtime.progress.start()
                 drift.streams_starting(streams)
                 super().sync_all()
-                drift.streams_ended(streams)  # declared fields that never arrived (drift.py)
+                drift.streams_ended(streams)  # declared fields that never arrived (stream/drift.py)
         finally:
             if "runtime" in self.__dict__:
                 self.log_summary()

@@ -6,6 +6,7 @@ The PostgreSQL and Meltano fixtures of the suites that run the Meltano project (
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Callable, Iterator
 
@@ -14,7 +15,7 @@ import pytest
 from guestdata_sandbox.testing import SandboxProcess
 from support.sandbox import OWNER_KEY
 
-pytest_plugins = ["support.pipeline", "support.release"]
+pytest_plugins = ["support.pipeline", "support.release", "support.cpu_report"]
 
 
 @pytest.fixture(scope="session")
@@ -33,11 +34,17 @@ def fresh_sandbox() -> Iterator[SandboxProcess]:
 
 @pytest.fixture(scope="module")
 def module_sandbox() -> Iterator[SandboxProcess]:
-    """A sandbox of the test module's own: its tests may mutate it, in order (e2e, Snowflake).
+    """A sandbox of the test module's own: its tests may mutate it, in order (e2e; Snowflake's,
+    tests/snowflake/conftest.py, is as of the instant of the load its modules share).
+    It serves its data as of its start (`as_of`): a reward that expires or a London midnight
+    that passes between a load and the truth it is checked against changes neither (a reward
+    read as issued by the load and as expired by a later truth failed CI). Mutations stamp the
+    real clock, after every run before them.
     GUESTDATA_TEST_SANDBOX_ANCHOR=YYYY-MM-DD ends its data on that London day instead of now
     (tests that pick their rows from the data mean the same on any day)."""
     anchor = os.environ.get("GUESTDATA_TEST_SANDBOX_ANCHOR") or None
-    with SandboxProcess(size="small", seed=11, limits=False, anchor=anchor) as server:
+    as_of = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    with SandboxProcess(size="small", seed=11, limits=False, anchor=anchor, as_of=as_of) as server:
         yield server
 
 

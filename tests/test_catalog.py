@@ -1,14 +1,14 @@
-"""The catalog of streams (tap_guestdata/catalog.py) agrees with the tap it describes."""
+"""The catalog of streams (tap_guestdata/run/catalog.py) agrees with the tap it describes."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tap_guestdata import catalog
+from tap_guestdata.run import catalog
 from tap_guestdata.tap import STREAM_TYPES
 
-SCHEMAS = Path(catalog.__file__).parent / "schemas"
+SCHEMAS = Path(catalog.__file__).parents[1] / "schemas"
 
 
 def test_the_catalog_names_every_stream_of_the_tap_once() -> None:

@@ -65,7 +65,7 @@ def test_release_check_builds_twine_checks_installs_and_runs_the_tap(release: Re
     assert "release check passed" in output
 
 
-def test_tap_wheel_ships_the_tap_its_schemas_and_the_airflow_helpers(
+def test_tap_wheel_ships_the_tap_its_schemas_and_every_module(
     tap_wheel: zipfile.ZipFile,
 ) -> None:
     names = set(tap_wheel.namelist())
@@ -74,8 +74,10 @@ def test_tap_wheel_ships_the_tap_its_schemas_and_the_airflow_helpers(
         f"tap_guestdata/schemas/{path.name}" for path in ROOT.glob("tap_guestdata/schemas/*")
     }
     assert schemas and schemas <= names
-    helpers = {f"tap_guestdata/airflow/{p.name}" for p in ROOT.glob("tap_guestdata/airflow/*.py")}
-    assert "tap_guestdata/airflow/dags.py" in helpers and helpers <= names
+    # Every module of every layer's folder (stream/, run/, http/, streams/, airflow/).
+    modules = {str(path.relative_to(ROOT)) for path in ROOT.glob("tap_guestdata/**/*.py")}
+    assert {"tap_guestdata/airflow/dags.py", "tap_guestdata/stream/base.py"} <= modules
+    assert modules <= names, sorted(modules - names)
     assert "tap-guestdata = tap_guestdata.tap:TapGuestData.cli" in entry_points(tap_wheel)
     # Airflow's plugin registry finds the load tasks' priority (daily runs before backfills).
     assert "[airflow.plugins]\ntap_guestdata = tap_guestdata.airflow.priority:GuestdataPlugin" in (

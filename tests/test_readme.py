@@ -1,6 +1,7 @@
 """The README is the front door and the docs site the reference: the quick start comes first and
-works, the README stays short and copies no docs page, its links land, the site has every page
-by task, and its settings page is the tap's own `--about`."""
+works, the README stays short and copies no docs page, its figures fit a line each and link to
+their story, its links land, the site has every page by task and no page a reader cannot
+finish, and its settings page is the tap's own `--about`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from markdown.extensions.toc import slugify
 from mkdocs.config import load_config
 
 import build_docs
-from tap_guestdata import catalog
+from tap_guestdata.run import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -48,6 +49,62 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def test_the_readme_is_at_most_300_lines() -> None:
     assert len(README.read_text().splitlines()) <= 300
+
+
+FIGURES_MAX_ROWS = 8
+FIGURES_MAX_WORDS = 25  # a cell read at a glance: one or two figures, not a run log
+DOCS_PAGE_MAX_LINES = 400  # a page a reader finishes (STYLE.md: no file over ~400 lines)
+LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def figures_rows(readme: str) -> list[list[str]]:
+    """The "In figures" table's rows (header and separator left out), as lists of cells."""
+    section = readme.split("## In figures", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip() for line in section.splitlines() if line.strip().startswith("|")]
+    assert len(rows) >= 3, "the In figures section has no table"
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[2:]]
+
+
+def words_of(cell: str) -> int:
+    """Words as a reader sees them: a markdown link counts as its text."""
+    return len(LINK.sub(r"\1", cell).split())
+
+
+def figures_problems(readme: str) -> list[str]:
+    rows = figures_rows(readme)
+    problems = [f"{len(rows)} rows"] if len(rows) > FIGURES_MAX_ROWS else []
+    for row in rows:
+        problems += [
+            f"{words_of(cell)} words: {cell}" for cell in row if words_of(cell) > FIGURES_MAX_WORDS
+        ]
+        # Each figure links to the section that gives its method, date and history.
+        if not any(
+            re.match(r"docs/bench[\w-]*\.md#", target) for _, target in LINK.findall(row[-1])
+        ):
+            problems.append(f"no link to a benchmarks section: {row[0]}")
+    return problems
+
+
+def test_in_figures_is_a_short_table_whose_rows_link_to_their_story() -> None:
+    assert figures_problems(README.read_text()) == []
+
+
+def test_a_long_or_unlinked_figure_is_caught() -> None:
+    readme = README.read_text()
+    long_cell = " ".join(["word"] * 26)
+    grown = readme.replace(
+        "| what | figures |\n|---|---|\n", f"| what | figures |\n|---|---|\n| x | {long_cell} |\n"
+    )
+    assert grown != readme
+    problems = figures_problems(grown)
+    assert problems[0] == "9 rows" and any(problem.startswith("26 words") for problem in problems)
+    assert "no link to a benchmarks section: x" in problems
+    assert words_of("[a b c](docs/bench.md#x) d") == 4
+
+
+def test_every_docs_page_is_at_most_400_lines() -> None:
+    lengths = {page.name: len(page.read_text().splitlines()) for page in DOCS.glob("*.md")}
+    assert {name: n for name, n in lengths.items() if n > DOCS_PAGE_MAX_LINES} == {}
 
 
 def prose_paragraphs(text: str) -> list[str]:
@@ -112,7 +169,11 @@ def test_the_site_has_a_page_per_task_and_every_doc_is_in_it() -> None:
         "Configuration",
         "Streams",
         "Meltano",
-        "Airflow",
+        "Schedule a project",
+        "Many accounts",
+        "Deploy into your Airflow",
+        "Re-load a period",
+        "Airflow reference",
         "Scale-out",
         "Warehouse models",
         "Security and erasure",

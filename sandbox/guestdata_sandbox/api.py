@@ -20,9 +20,9 @@ from guestdata_sandbox.rules import (
     boolean,
     date_range,
     integer,
+    london_date,
     london_day_end,
     london_day_start,
-    london_today,
     paging,
 )
 from guestdata_sandbox.store import Store
@@ -188,7 +188,7 @@ def stats(ctx: Context, query: Mapping[str, str]) -> bytes:
     first, last = checker.run(date_range, query, default=(None, None))
     checker.done()
     venue_ids = account_venue(ctx, venue_id)
-    today = london_today()
+    today = london_date(ctx.now)  # the store's clock (Store.now)
     if last is None:
         last = today if first is None or first <= today else first
     if first is None:  # spec 8: default period is the last 30 days

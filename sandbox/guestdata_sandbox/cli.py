@@ -27,7 +27,16 @@ def parser() -> argparse.ArgumentParser:
         "--anchor",
         type=dt.date.fromisoformat,
         default=None,
-        help="the data's today, a London date (default: today in London)",
+        help="the data's today, a London date (default: today in London, or --as-of's day)",
+    )
+    serve.add_argument(
+        "--as-of",
+        type=instant,
+        default=None,
+        metavar="INSTANT",
+        help="serve the data as of this ISO 8601 instant with offset: generated as if the server "
+        "started then, and read at it (rewards expired, stats' today) however long it runs; "
+        "mutations still stamp the real clock (default: the real clock)",
     )
     serve.add_argument(
         "--time-scale", type=float, default=1.0, help="the rate-limit minute lasts 60*F seconds"
@@ -45,16 +54,27 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+def instant(text: str) -> float:
+    """An ISO 8601 instant with its UTC offset, as epoch seconds."""
+    try:
+        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 instant") from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no UTC offset")
+    return moment.timestamp()
+
+
 def serve(args: argparse.Namespace) -> None:
-    store = Store(args.seed, args.size, args.anchor, args.colliding_account)
+    store = Store(args.seed, args.size, args.anchor, args.colliding_account, as_of=args.as_of)
     limiter = RateLimiter(enabled=not args.no_limits, time_scale=args.time_scale)
     server = make_server(args.host, args.port, store, limiter)
     host, port = server.server_address[:2]
     print(f"http://{host}:{port}", flush=True)
     print(
         f"guestdata-sandbox: size={args.size} seed={args.seed} anchor={store.anchor} "
-        f"generated in {store.dataset.generation_seconds:.2f}s; API at "
-        f"http://{host}:{port}{BASE_PATH}",
+        f"as_of={store.as_of_text() or 'now'} "
+        f"generated in {store.dataset.generation_seconds:.2f}s; API at http://{host}:{port}{BASE_PATH}",
         file=sys.stderr,
         flush=True,
     )

@@ -39,6 +39,7 @@ def route(
     store = state.store
     if (method, path) == ("GET", "/health"):
         info = {"ok": True, "size": store.size, "seed": store.seed, "anchor": str(store.anchor)}
+        info["as_of"] = store.as_of_text()
         info["generation_seconds"] = round(store.dataset.generation_seconds, 3)
         return 200, orjson.dumps(info)
     if (method, path) == ("GET", "/keys"):

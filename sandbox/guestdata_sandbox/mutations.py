@@ -1,4 +1,5 @@
-"""Test-only changes to the data (POST /_sandbox/mutate). Each stamps the real clock.
+"""Test-only changes to the data (POST /_sandbox/mutate). Each stamps the real clock; whether a
+reward has expired is read at the store's clock (`Store.now`), as the API reads it.
 
 The API itself never changes state (spec 1); these stand in for what happens in the venues and
 on the dashboard between two syncs.
@@ -211,7 +212,7 @@ def redeem(store: Store, data: AccountData, reward: dict) -> dict:
     now = now_s()
     if reward["redemption"] is not None or reward["status"] != "issued":
         raise MutationError(f"reward {reward['id']} is not unused (status {reward['status']})")
-    if reward["expires_at"] <= now:
+    if reward["expires_at"] <= store.now():
         raise MutationError(f"reward {reward['id']} has expired")
     member, offer = reward["member"], reward["offer"]
     life = life_of(store, data, member, "redeem")
@@ -248,7 +249,7 @@ def redeem_reward(store: Store, reward_id: Any, account_id: Any = None) -> dict:
 
 def add_redemptions(store: Store, count: int = 1, account_id: Any = None) -> dict:
     data = account_of(store, account_id)
-    now, ids = now_s(), []
+    now, ids = store.now(), []
     for reward in reversed(data.rewards):
         if len(ids) >= int(count):
             break

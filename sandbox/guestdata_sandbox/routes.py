@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import traceback
 from collections.abc import Callable, Mapping
 
@@ -121,7 +120,7 @@ def dispatch(
             if method not in ("GET", "HEAD"):  # spec 1: every endpoint is GET
                 raise ApiError(405, {"message": f"The {method} method is not supported."})
             authorise(store, api_key, area)
-            context = Context(store, api_key, time.time())
+            context = Context(store, api_key, store.now())
             return 200, handler(context, query, *match.groups())
     except ValidationError as invalid:  # spec 7: 422, Laravel validation shape
         return 422, orjson.dumps(invalid.body())

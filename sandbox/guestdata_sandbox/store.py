@@ -2,7 +2,9 @@
 
 One lock guards everything; handlers hold it while they read or mutate. Encoded rows are cached
 per (resource, account, id, masked) until a mutation or until the rendering's read-time rule
-changes.
+changes. Read-time rules read `Store.now()`: the real clock, or `as_of` when the sandbox serves
+its data as of a fixed instant (then two sandboxes of one instant serve the same data at any
+wall time).
 """
 
 from __future__ import annotations
@@ -27,18 +29,46 @@ LIST_CACHE_LIMIT = 512
 
 class Store:
     def __init__(
-        self, seed: int, size: str, anchor: dt.date | None = None, colliding_account: bool = False
+        self,
+        seed: int,
+        size: str,
+        anchor: dt.date | None = None,
+        colliding_account: bool = False,
+        as_of: float | None = None,
     ) -> None:
+        """`as_of` (epoch seconds): the data as of that instant, generated as if the server
+        started then and read at it however long the server runs (mutations stamp the real
+        clock still); the anchor defaults to its London day."""
         self.seed, self.size, self.colliding_account = seed, size, colliding_account
-        self.anchor = anchor or london_today()
+        self.as_of = as_of
+        self.anchor = anchor or (london_today() if as_of is None else london_date(as_of))
         self.lock = threading.RLock()
         self.load()
+
+    def now(self) -> float:
+        """The instant every read-time rule reads: rewards past expires_at read as expired,
+        members' rewards_available, offer stats, the stats' today (spec 2.4, 3)."""
+        return time.time() if self.as_of is None else self.as_of
+
+    def today(self) -> dt.date:
+        """The London day of `now()`: where /stats' default period and the truth's stats end."""
+        return london_date(self.now())
+
+    def as_of_text(self) -> str | None:
+        """`as_of` in ISO 8601 (UTC), None on the real clock (GET /_sandbox/health)."""
+        if self.as_of is None:
+            return None
+        return dt.datetime.fromtimestamp(self.as_of, dt.timezone.utc).isoformat()
 
     def load(self) -> None:
         """(Re)generate the data and reset every switch (POST /_sandbox/reset)."""
         with self.lock:
             self.dataset: Dataset = generate(
-                self.seed, self.size, self.anchor, colliding_account=self.colliding_account
+                self.seed,
+                self.size,
+                self.anchor,
+                started_at=self.as_of,
+                colliding_account=self.colliding_account,
             )
             self.revoked = {key for key, api_key in KEYS.items() if api_key.revoked}
             self.granted: set[str] = set()
@@ -160,7 +190,7 @@ class Store:
 
     def daily_stats(self, data: AccountData) -> tuple[list[dict], list[dict]]:
         """Per venue and per account, every London day from creation to today (truth)."""
-        today = london_today()
+        today = self.today()
         per_venue: dict[tuple[int, str], list[Any]] = {}
         per_day: dict[str, list[Any]] = {}
         persons, consent = data.persons, data.consent
@@ -198,7 +228,3 @@ def days(first: dt.date, last: dt.date) -> Iterable[dt.date]:
     while day <= last:
         yield day
         day += dt.timedelta(days=1)
-
-
-def now() -> float:
-    return time.time()

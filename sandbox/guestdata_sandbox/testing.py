@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import queue
 import subprocess
 import sys
@@ -23,7 +24,12 @@ class SandboxError(RuntimeError):
 
 
 class SandboxProcess:
-    """Context manager: `with SandboxProcess(size="small", seed=7) as server: server.base_url`."""
+    """Context manager: `with SandboxProcess(size="small", seed=7) as server: server.base_url`.
+
+    `as_of` (an aware datetime or an ISO 8601 instant with offset): the data as of that instant,
+    generated and read at it whatever the wall time (`--as-of`); sandboxes of one seed, size,
+    anchor and `as_of` serve the same data. `anchor` defaults to its London day.
+    """
 
     def __init__(
         self,
@@ -35,8 +41,10 @@ class SandboxProcess:
         host: str = "127.0.0.1",
         startup_timeout: float = STARTUP_TIMEOUT_S,
         colliding_account: bool = False,
+        as_of: dt.datetime | str | None = None,
     ) -> None:
         self.size, self.seed, self.time_scale = size, seed, time_scale
+        self.as_of = as_of.isoformat() if isinstance(as_of, dt.datetime) else as_of
         self.colliding_account = colliding_account  # account 1006 under 1001's ids
         self.limits_enabled = limits  # `limits` is the method that switches them
         self.anchor, self.host, self.startup_timeout = anchor, host, startup_timeout
@@ -54,6 +62,8 @@ class SandboxProcess:
             command.append("--no-limits")
         if self.anchor:
             command += ["--anchor", str(self.anchor)]
+        if self.as_of:
+            command += ["--as-of", self.as_of]
         if self.colliding_account:
             command.append("--colliding-account")
         return command

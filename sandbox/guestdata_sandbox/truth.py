@@ -1,11 +1,11 @@
-"""Ground truth for a key: every record of every resource as the API would render it now, unpaged.
+"""Ground truth for a key: every record of every resource as the API would render it now
+(`Store.now()`), unpaged.
 
 Names are the tap's stream names. A resource the key may not read is absent.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -14,7 +14,6 @@ from guestdata_sandbox import render
 from guestdata_sandbox.accounts import ACCOUNTS, KEYS
 from guestdata_sandbox.api import ApiError
 from guestdata_sandbox.routes import MEMBERS, REWARDS, authenticate, authorise
-from guestdata_sandbox.rules import london_today
 from guestdata_sandbox.store import Store
 
 RESOURCES = [
@@ -49,7 +48,7 @@ def truth(store: Store, key: str, resource: str | None = None) -> bytes:
             api_key = authenticate(store, f"Bearer {key}")
         except ApiError:
             return b"null" if resource else b"{}"
-        now, data = time.time(), store.account(api_key)
+        now, data = store.now(), store.account(api_key)
         parts: dict[str, Any] = {}
         wanted = {resource} if resource else set(RESOURCES)
 
@@ -70,7 +69,7 @@ def truth(store: Store, key: str, resource: str | None = None) -> bytes:
         if want("guests"):
             parts["guests"] = store.encode_rows("guests", api_key, reversed(data.guests), now)
         if want("daily_stats") or want("daily_account_stats"):
-            cache_key = ("daily", api_key.account_id, london_today())
+            cache_key = ("daily", api_key.account_id, store.today())
             daily = store.list_cache.get(cache_key) or list(store.daily_stats(data))
             store.list_cache[cache_key] = daily
             parts["daily_stats"], parts["daily_account_stats"] = daily

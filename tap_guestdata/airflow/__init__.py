@@ -7,7 +7,7 @@ A DAG file of your own is three lines (docs/airflow.md):
     globals().update(build_dags(project_root="/opt/my-meltano-project"))
 
 A DAG of your own can use the operator the factory's DAGs are made of,
-`operators.GuestDataLoadOperator` (docs/airflow.md, "Writing a DAG by hand"), built on
+`operators.GuestDataLoadOperator` (docs/airflow-reference.md, "Writing a DAG by hand"), built on
 `hooks.MeltanoHook`. `accounts` (the many-accounts planner) and `reload` are plain Python;
 `config`, `plan`, `dags`, `operators` and `hooks` import Airflow. Nothing here is imported by
 the tap, and this module imports Airflow only when `build_dags` is first used, so the planner

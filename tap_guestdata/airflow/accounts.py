@@ -1,7 +1,7 @@
 """Accounts of the Guest Data DAGs, the tasks each runs, and the worker queue each runs on.
 
 Pure Python, no Airflow import: the DAG file, the planner (scripts/plan_workers.py) and the
-unit tests share it. Deployment: docs/airflow.md, "Many accounts, many workers".
+unit tests share it. Deployment: docs/airflow-accounts.md.
 
 Budgets (spec 8): 120 requests per rolling minute per key, 600 per address across keys. They
 are kept by the rate budget every tap process shares (tap_guestdata/http/budget.py: a Redis
@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tap_guestdata.catalog import GROUPS  # the daily stream groups, in task order
+from tap_guestdata.run.catalog import GROUPS  # the daily stream groups, in task order
 
 PER_KEY_PER_MINUTE = 120  # spec 8: per key, rolling minute
 PER_ADDRESS_PER_MINUTE = 600  # spec 8: per address, across keys

@@ -1,4 +1,4 @@
-"""Guest Data Read API -> warehouse with Meltano, for Airflow 3. Deployment: docs/airflow.md.
+"""Guest Data Read API -> warehouse with Meltano, for Airflow 3. Deployment: docs/airflow-deploy.md.
 
 The DAGs of an accounts plan (accounts.py); a single account is a plan of one:
 
@@ -61,7 +61,7 @@ from tap_guestdata.airflow.operators import (
 )
 from tap_guestdata.airflow.plan import AccountsPlan, schedule_key, single_account
 from tap_guestdata.airflow.priority import DAILY_RUNS_FIRST
-from tap_guestdata.catalog import GROUPS
+from tap_guestdata.run.catalog import GROUPS
 
 DAG_ID = "guestdata_meltano"
 REFRESH_DAG_ID = "guestdata_meltano_weekly_refresh"

@@ -21,7 +21,7 @@ from tap_guestdata.airflow.accounts import (
 )
 from tap_guestdata.airflow.config import PipelineConfig
 from tap_guestdata.airflow.operators import AccountLoad, MeltanoRun
-from tap_guestdata.catalog import GROUPS, refreshed_weekly, streams_of_group
+from tap_guestdata.run.catalog import GROUPS, refreshed_weekly, streams_of_group
 
 SINGLE_ACCOUNT = "guestdata"  # the account of a deployment without an accounts setting
 # Many accounts: the one build reads every raw schema matching this LIKE pattern (the accounts'

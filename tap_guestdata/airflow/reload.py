@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tap_guestdata.catalog import GROUPS, windowed_streams
-from tap_guestdata.windows import london_day
+from tap_guestdata.run.catalog import GROUPS, windowed_streams
+from tap_guestdata.run.time_rules import london_day
 
 BACKFILL_RUN_TYPE = "backfill"  # DagRunType.BACKFILL_JOB's value
 

@@ -1,1 +1,2 @@
-"""HTTP rules shared by every stream: the rate limiter and key pool, the error-code policy."""
+"""The API's rules on the wire, shared by every stream: auth (the key pool's SDK authenticator),
+the rate limiter and shared budget, paging, and the error-code policy."""

@@ -19,7 +19,7 @@ dies holds nothing beyond its slots, which age out of the window.
 Neither `pyrate-limiter` 4.5 nor `limits` 5.8 is used: neither takes a slot on two windows
 (key and address) atomically nor re-dates a slot at its answer, and pyrate-limiter's SQLite
 bucket dates an item before it holds the file lock (21 let through a window of 20, measured):
-docs/development.md, "Decisions".
+docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ API_KEYS_PAGE_HINT = (
     "Create a key (or rotate the revoked one) on the dashboard's API Keys page and set it as "
     "api_key / api_keys; a dashboard session token is not an API key (spec 5)."
 )
+BASE_PATH = "/api/v1/customer"  # spec 9: base_url ends in this path segment
 RETRY_AFTER_CAP_SECONDS = 60.0  # spec 8: Retry-After is at most 60 s
 
 

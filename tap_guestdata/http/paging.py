@@ -11,8 +11,7 @@ import requests
 from singer_sdk.exceptions import FatalAPIError
 from singer_sdk.pagination import PageNumberPaginator
 
-from tap_guestdata.http.errors import describe_request
-from tap_guestdata.settings import BASE_PATH
+from tap_guestdata.http.errors import BASE_PATH, describe_request
 
 PER_PAGE = 200  # spec 4.3: the largest page; fewest requests
 PAGES_REMEMBERED = 5  # NewestFirstPages: how far back a row given twice can sit

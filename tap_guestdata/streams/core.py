@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import requests
 
-from tap_guestdata import windows
-from tap_guestdata.client import GuestDataStream, sibling
-from tap_guestdata.concurrency import ordered_map
-from tap_guestdata.deletions import FollowDeletions
 from tap_guestdata.http.paging import body_of
-from tap_guestdata.progress import StreamPlan
-from tap_guestdata.resuming import ListingResume
-from tap_guestdata.window_policy import DayByDayWindow, ListingWindow
+from tap_guestdata.run import time_rules
+from tap_guestdata.run.concurrency import ordered_map
+from tap_guestdata.run.progress import StreamPlan
+from tap_guestdata.stream.base import GuestDataStream, sibling
+from tap_guestdata.stream.deletions import FollowDeletions
+from tap_guestdata.stream.resume import ListingResume
+from tap_guestdata.stream.window import DayByDayWindow, ListingWindow
 
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
@@ -57,7 +57,7 @@ def all_venues(stream: GuestDataStream) -> list[dict[str, Any]]:
 
 def first_venue_day(stream: GuestDataStream) -> dt.date:
     """No guest arrived before the account's first venue existed (spec 2.2 created_at)."""
-    return min(windows.london_day(venue["created_at"]) for venue in all_venues(stream))
+    return min(time_rules.london_day(venue["created_at"]) for venue in all_venues(stream))
 
 
 def venue_ids(stream: GuestDataStream) -> list[int]:
@@ -82,8 +82,8 @@ class Guests(GuestDataStream):
 
 class ReadWindows(GuestDataStream):
     """No endpoint: the complete reads of windowed streams this run made, one row per venue, so
-    the warehouse can flag rows of a window the API no longer returns (deletions.py). Selected
-    beside guests, not by default (a catalog without it behaves as before)."""
+    the warehouse can flag rows of a window the API no longer returns (stream/deletions.py).
+    Selected beside guests, not by default (a catalog without it behaves as before)."""
 
     name = "read_windows"
     primary_keys = ("stream", "venue_id", "read_version")
@@ -106,7 +106,7 @@ class _DailyStatistics(GuestDataStream):
     path = "/stats"
     replication_key = "date"
     paged = False
-    # Days are written in ascending order, so the bookmark is a resume point (resume.py);
+    # Days are written in ascending order, so the bookmark is a resume point (run/state_markers.py);
     # a lookback re-reads days before the old bookmark, hence no sort check.
     is_sorted = True
     check_sorted = False
@@ -158,7 +158,7 @@ class DailyStats(_DailyStatistics):
     def earliest_day(self, context: Context | None) -> dt.date:
         venue_id = (context or {})["venue_id"]
         created = next(row["created_at"] for row in all_venues(self) if row["id"] == venue_id)
-        return windows.london_day(created)
+        return time_rules.london_day(created)
 
     def parse_response(self, response: requests.Response) -> Iterable[dict[str, Any]]:
         venue_id = body_of(response)["meta"]["venue_ids"][0]  # spec 2.4: the venues covered
@@ -172,7 +172,7 @@ class DailyAccountStats(_DailyStatistics):
     primary_keys = ("date",)
 
     def earliest_day(self, context: Context | None) -> dt.date:
-        return min(windows.london_day(row["created_at"]) for row in all_venues(self))
+        return min(time_rules.london_day(row["created_at"]) for row in all_venues(self))
 
     def planned_requests(self) -> StreamPlan:
         days = self.days_to_read(None)

@@ -11,15 +11,15 @@ import requests
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 from singer_sdk.singerlib.catalog import REPLICATION_INCREMENTAL
 
-from tap_guestdata import planning
-from tap_guestdata.client import GuestDataStream, sibling
-from tap_guestdata.deletions import FollowDeletions
 from tap_guestdata.http.errors import StreamForbidden
 from tap_guestdata.http.paging import LastPagePaginator, body_of, listing_total
-from tap_guestdata.progress import StreamPlan
-from tap_guestdata.resume import MEMBERS_BOOKMARK_KEY, OLDEST_OPEN_KEY
-from tap_guestdata.resuming import ListingResume, MemberWalkResume, WalkedLedgerResume
-from tap_guestdata.window_policy import (
+from tap_guestdata.run.progress import StreamPlan
+from tap_guestdata.run.state_markers import MEMBERS_BOOKMARK_KEY, OLDEST_OPEN_KEY
+from tap_guestdata.stream import planning
+from tap_guestdata.stream.base import GuestDataStream, sibling
+from tap_guestdata.stream.deletions import FollowDeletions
+from tap_guestdata.stream.resume import ListingResume, MemberWalkResume, WalkedLedgerResume
+from tap_guestdata.stream.window import (
     ListingWindow,
     OpenRowsWindow,
     UpdatedSinceWindow,
@@ -42,7 +42,7 @@ class Programme(RewardsStream):
     programme_venues (meta.venues) and tiers, so it is read once per run."""
 
     name = "programme"
-    deletions = FollowDeletions()  # the whole answer every run (deletions.py)
+    deletions = FollowDeletions()  # the whole answer every run (stream/deletions.py)
     path = "/rewards/programme"
     primary_keys = ("id",)
     paged = False
@@ -69,7 +69,7 @@ class ProgrammeVenues(RewardsStream):
     mirror_partner and mirror_to_partner, so the table's shape never depends on the partner."""
 
     name = "programme_venues"
-    deletions = FollowDeletions()  # the whole answer every run (deletions.py)
+    deletions = FollowDeletions()  # the whole answer every run (stream/deletions.py)
     primary_keys = ("site_id",)
 
     def planned_requests(self) -> StreamPlan:
@@ -96,7 +96,7 @@ class Tiers(RewardsStream):
     """The programme's tiers (spec 2.7), each with its programme_id."""
 
     name = "tiers"
-    deletions = FollowDeletions()  # the whole answer every run (deletions.py)
+    deletions = FollowDeletions()  # the whole answer every run (stream/deletions.py)
     primary_keys = ("programme_id", "key")
 
     def planned_requests(self) -> StreamPlan:

@@ -35,6 +35,7 @@ from guestdata_sandbox.accounts import (
     REWARDS_OFF_KEY,
 )
 from guestdata_sandbox.testing import SandboxProcess
+from support.streams import assert_tables_equal_truth, truth_today
 
 pytestmark = [pytest.mark.airflow, DAG_TEST_PYTEST_TIMEOUT]
 
@@ -42,7 +43,7 @@ STREAMS = {
     "core": ("account", "venues", "guests"),
     "rewards": ("rewards", "redemptions"),
 }
-BOOKKEEPING = {"core": ("read_windows",)}  # the complete reads of guests (deletions.py)
+BOOKKEEPING = {"core": ("read_windows",)}  # the complete reads of guests (stream/deletions.py)
 # account name -> the keys behind its key variables
 KEYS = {
     "harbour": [OWNER_KEYS[0], OWNER_KEYS[1]],
@@ -188,18 +189,13 @@ def test_accounts_load_in_batches_and_a_revoked_key_fails_only_its_account(
 
     for name in GOOD:
         truth = sandbox.truth(KEYS[name][0])
-        expected = demo_pipeline.truth_tables(truth)
         with psycopg.connect(database_url) as connection:
-            checks = [
-                demo_pipeline.compare_stream(
-                    stream,
-                    demo_pipeline.database_rows(connection, schema_of(name), stream),
-                    expected[stream],
-                )
+            tables = {
+                stream: demo_pipeline.database_rows(connection, schema_of(name), stream)
                 for group in groups_of(name)
                 for stream in STREAMS[group]
-            ]
-        assert all(check.matches for check in checks), f"{name}\n" + demo_pipeline.report(checks)
+            }
+        checks = assert_tables_equal_truth(tables, truth, label=name)
         assert checks[2].rows_in_database > 0, f"{name}: no guests loaded"
         # Only the selected groups' tables, in the account's own schema.
         loaded = tables_in(database_url, schema_of(name))
@@ -239,7 +235,8 @@ def check_models(database_url: str, sandbox: SandboxProcess, output: str) -> Non
     for name in modelled:
         truth = sandbox.truth(KEYS[name][0])
         expected = {(row["venue_id"], row["date"]): row["visits"] for row in truth["daily_stats"]}
-        assert built[name] == expected, name
+        today = truth_today(truth)  # as_of_the_truth
+        assert {key: n for key, n in built[name].items() if key[1] <= today} == expected, name
     # The models' schemas match the pattern too: the build did not read them as raw.
     assert "not in the models (their raw schema is outside guestdata\\_%): saltmarsh" in output
     assert "dbt build" in output or "dbt-postgres" in output

@@ -7,7 +7,7 @@ extra blocks) Airflow's DagBag finds the same DAGs, tasks, pools and settings as
 this repository's dags/; without those Variables the DAGs are the same less those blocks.
 The factory's other arguments (environment, target, keys, accounts, settings) give what the
 same Variables give, a Variable still beats an argument, and without a project root the file
-fails to import with the reason. The stream-group extractors docs/airflow.md tells a user to
+fails to import with the reason. The stream-group extractors docs/airflow-deploy.md tells a user to
 add are meltano.yml's.
 """
 
@@ -172,11 +172,11 @@ def test_a_users_project_needs_tap_guestdata_alone() -> None:
     themselves: the docs ask for no inheriting extractor, and the groups cover the tap's
     streams exactly once."""
     from tap_guestdata.airflow.plan import streams_of
-    from tap_guestdata.catalog import GROUPS
+    from tap_guestdata.run.catalog import GROUPS
     from tap_guestdata.tap import STREAM_TYPES
 
-    docs = (PROJECT_ROOT / "docs" / "airflow.md").read_text()
-    assert "inherit_from: tap-guestdata" not in docs
+    for page in (PROJECT_ROOT / "docs").glob("airflow*.md"):
+        assert "inherit_from: tap-guestdata" not in page.read_text(), page.name
     grouped = streams_of(GROUPS)
     assert sorted(grouped) == sorted(stream.name for stream in STREAM_TYPES)
     assert len(grouped) == len(set(grouped))
@@ -185,10 +185,11 @@ def test_a_users_project_needs_tap_guestdata_alone() -> None:
 def test_a_dag_written_by_hand_with_the_operator_is_what_the_docs_say(
     airflow_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """docs/airflow.md's "Writing a DAG by hand": the operator with one typed account, and a
-    DAG of the user's scheduled on that account's asset; no settings, so no Variable read."""
-    docs = (PROJECT_ROOT / "docs" / "airflow.md").read_text()
-    section = docs.split("### Writing a DAG by hand", 1)[1].split("\n### ", 1)[0]
+    """docs/airflow-reference.md's "Writing a DAG by hand": the operator with one typed account,
+    and a DAG of the user's scheduled on that account's asset; no settings, so no Variable
+    read."""
+    docs = (PROJECT_ROOT / "docs" / "airflow-reference.md").read_text()
+    section = docs.split("## Writing a DAG by hand", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```python\n(.*?)\n```", section, re.DOTALL)
     folder = dags_folder(tmp_path_factory, block)
     scenario = {"dags_folder": str(folder), "known_pools": known_pools()}

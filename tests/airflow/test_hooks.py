@@ -110,16 +110,17 @@ def test_a_killed_run_ends_its_process_group_and_its_files(project: Path) -> Non
     runner = threading.Thread(
         target=lambda: codes.append(hook.run(["tap-guestdata"], label="x", env=env, log=log))
     )
-    started = time.monotonic()
     runner.start()
     while not any(line.startswith("plugin ") for line in log.lines):
-        assert time.monotonic() - started < 30, log.lines
+        assert runner.is_alive(), log.lines
         time.sleep(0.05)
     assert files_with_key(project), "the run's configuration is there while it runs"
     hook.kill()  # what the operator's on_kill does
-    runner.join(timeout=30)
+    # The run would last FAKE_SECONDS (300): ending well before that is the kill's doing, on
+    # however loaded a machine (no wall-time bound on the kill itself).
+    runner.join(timeout=150)
+    assert not runner.is_alive(), "the killed run went on"
     assert codes and codes[0] != 0
-    assert time.monotonic() - started < 20, "not the 300 s the run would take"
     assert not alive(plugin_pid(log))
     assert files_with_key(project) == []
 

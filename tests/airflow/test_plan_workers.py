@@ -79,5 +79,5 @@ def test_the_table_covers_1_10_50_accounts_of_each_size_and_1_to_5_keys() -> Non
 
 
 def test_the_docs_show_the_planners_current_table() -> None:
-    """docs/airflow.md (assembled into the README) holds `plan_workers.py --table` verbatim."""
-    assert plan_workers.table() in (ROOT / "docs" / "airflow.md").read_text()
+    """docs/airflow-accounts.md holds `plan_workers.py --table` verbatim."""
+    assert plan_workers.table() in (ROOT / "docs" / "airflow-accounts.md").read_text()

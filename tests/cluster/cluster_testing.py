@@ -27,7 +27,7 @@ from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import expected_audience, expected_members, expected_venue_daily, query
 from tap_guestdata.airflow.accounts import REFRESH_GROUP, TaskSpec, parse_config, plan_tasks
 from tap_guestdata.airflow.plan import MODELS_SCHEMA
-from tap_guestdata.catalog import GROUPS
+from tap_guestdata.run.catalog import GROUPS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 COMMAND = PROJECT_ROOT / "scripts" / "cluster"

@@ -35,7 +35,7 @@ from support.pipeline import MeltanoProject, business, throwaway_database
 from support.sandbox import last_seq
 from support.streams import key_of, truth_rows
 from support.tap_suite import PATH_GROUPS, param, requests_for
-from tap_guestdata import windows
+from tap_guestdata.run import time_rules
 
 pytestmark = pytest.mark.e2e
 
@@ -80,21 +80,21 @@ class Period:
 
     @classmethod
     def about_100_days_back(cls) -> Period:
-        last = windows.london_day(dt.datetime.now(windows.UTC)) - dt.timedelta(days=DAYS_BACK)
+        last = time_rules.london_day(dt.datetime.now(time_rules.UTC)) - dt.timedelta(days=DAYS_BACK)
         return cls(last - dt.timedelta(days=PERIOD_DAYS - 1), last)
 
     @property
     def days(self) -> list[dt.date]:
-        return windows.days_between(self.first, self.last)
+        return time_rules.days_between(self.first, self.last)
 
     def holds(self, value: str | dt.date) -> bool:
         """A time (text or loaded) or a day inside the period, by London day."""
-        day = windows.london_day(value) if isinstance(value, str | dt.datetime) else value
+        day = time_rules.london_day(value) if isinstance(value, str | dt.datetime) else value
         return self.first <= day <= self.last
 
     def london(self, day: dt.date, hour: int, minute: int) -> str:
         return dt.datetime(
-            day.year, day.month, day.day, hour, minute, tzinfo=windows.LONDON
+            day.year, day.month, day.day, hour, minute, tzinfo=time_rules.LONDON
         ).isoformat()
 
 
@@ -135,7 +135,7 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
 ) -> None:
     period = Period.about_100_days_back()
     venues = truth_rows(module_truth(), "venues")
-    old_enough = [v for v in venues if windows.london_day(v["created_at"]) < period.first]
+    old_enough = [v for v in venues if time_rules.london_day(v["created_at"]) < period.first]
     assert old_enough, f"no venue of the sandbox is older than {period.first}"
     venue_id = min(old_enough, key=lambda venue: venue["created_at"])["id"]
     # A guest of the period the daily load holds, deleted in the source before the reload.
@@ -210,12 +210,12 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
     reload_state = state(meltano, f"{DAILY_STATE_ID}:reload-{period.first}-{period.last}")
     bookmarks = reload_state["singer_state"]["bookmarks"]
     assert set(bookmarks) >= {"guests", "daily_stats", "daily_account_stats"}
-    end = windows.end_of_london_day(period.last)
+    end = time_rules.end_of_london_day(period.last)
     for stream, bookmark in bookmarks.items():
         for entry in [bookmark, *bookmark.get("partitions", [])]:
             value = entry.get("replication_key_value")
             if isinstance(value, str):
-                assert windows.parse_boundary(value) < end, (stream, value)
+                assert time_rules.parse_boundary(value) < end, (stream, value)
 
     # The reload asked only for the period: stats days x venues, guests from/to, and /venues.
     stats = requests_for(log, PATH_GROUPS[("daily_stats", "daily_account_stats")])
@@ -223,12 +223,12 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
         (venue["id"], day.isoformat())
         for venue in venues
         for day in period.days
-        if windows.london_day(venue["created_at"]) <= day
+        if time_rules.london_day(venue["created_at"]) <= day
     ]
     expected_stats += [
         (None, day.isoformat())
         for day in period.days
-        if min(windows.london_day(venue["created_at"]) for venue in venues) <= day
+        if min(time_rules.london_day(venue["created_at"]) for venue in venues) <= day
     ]
     asked = [
         (int(v) if (v := param(entry, "venue_id")) else None, param(entry, "from"))
@@ -256,7 +256,7 @@ def test_a_reload_of_a_past_period_loads_its_truth_and_nothing_else(
     reads = [row for row in read_windows if row["read_version"] == reload_version]
     assert {row["venue_id"] for row in reads} == {venue["id"] for venue in venues}
     assert {row["covers_until"] for row in reads} == {end}
-    assert {row["covers_from"] for row in reads} == {windows.start_of_london_day(period.first)}
+    assert {row["covers_from"] for row in reads} == {time_rules.start_of_london_day(period.first)}
     meltano.run("--environment=dev", "run", "dbt-postgres:run")
     flagged = {
         key[0]

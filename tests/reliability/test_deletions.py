@@ -28,7 +28,7 @@ from support.reliability import (
 from support.sandbox import OWNER_KEY, last_seq
 from support.streams import truth_rows
 from support.tap_process import TapRun
-from tap_guestdata import windows
+from tap_guestdata.run import time_rules
 
 FOLLOWED = ("guests", "venues", "programme", "programme_venues", "tiers")
 
@@ -144,7 +144,7 @@ def test_a_complete_read_inside_a_window_records_it_per_venue_with_the_rows_it_r
 ) -> None:
     truth = sandbox.truth(OWNER_KEY)
     guests = sorted(truth_rows(truth, "guests"), key=lambda row: row["visited_at"])
-    start_day = windows.london_day(guests[len(guests) // 2]["visited_at"])  # from the data
+    start_day = time_rules.london_day(guests[len(guests) // 2]["visited_at"])  # from the data
     config = {**reliability_config(sandbox), "start_date": start_day.isoformat()}
     result = run(config, streams=["guests", "read_windows"])
     assert result.returncode == 0, result.stderr[-3000:]
@@ -155,18 +155,18 @@ def test_a_complete_read_inside_a_window_records_it_per_venue_with_the_rows_it_r
     recorded = result.records["read_windows"]
     venues = {row["id"] for row in truth_rows(truth, "venues")}
     assert sorted(row["venue_id"] for row in recorded) == sorted(venues)
-    covers_from = windows.start_of_london_day(start_day)
+    covers_from = time_rules.start_of_london_day(start_day)
     for row in recorded:
         assert row["stream"] == "guests"
-        assert windows.parse_instant(row["covers_from"]) == covers_from
-        started = windows.parse_instant(row["read_started_at"])
+        assert time_rules.parse_instant(row["covers_from"]) == covers_from
+        started = time_rules.parse_instant(row["read_started_at"])
         assert row["covers_until"] == row["read_started_at"]
         assert row["read_version"] == int(started.timestamp() * 1000)
         in_window = {
             guest["id"]
             for guest in guests
             if guest["venue_id"] == row["venue_id"]
-            and covers_from <= windows.parse_instant(guest["visited_at"]) < started
+            and covers_from <= time_rules.parse_instant(guest["visited_at"]) < started
         }
         assert row["rows_read"] == len(in_window) > 0, row
     # Every row the read wrote is newer than the read: the warehouse tells them from older ones.

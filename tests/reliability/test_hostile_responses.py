@@ -29,8 +29,8 @@ from singer_sdk.singerlib import RecordMessage
 
 from support.reliability import LEAK_WATCH, RecordingServer, json_body, recording_server
 from support.sandbox import OWNER_KEY
+from tap_guestdata.run.writer import GuestDataWriter
 from tap_guestdata.tap import TapGuestData
-from tap_guestdata.writer import GuestDataWriter
 
 REQUEST_CAP = 30
 BASE_PATH = "/api/v1/customer"

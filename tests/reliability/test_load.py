@@ -19,8 +19,8 @@ from support.reliability import (
 )
 from support.sandbox import last_seq
 
-TIME_SCALE = 0.05  # the sandbox's rate-limit minute lasts 3 s
-WINDOW_SECONDS = 3
+TIME_SCALE = 0.5  # the sandbox's rate-limit minute lasts 30 s
+WINDOW_SECONDS = 30
 STREAMS = ["guests", "members", "member_ledger"]
 
 
@@ -59,6 +59,7 @@ def test_concurrent_taps_with_five_keys_all_finish_without_loss(
         assert_matches_truth(tap_run, server, key, STREAMS)
     log = server.requests_log(after=seq)
     statuses = Counter(entry["status"] for entry in log)
+    print(f"\n{len(log)} requests: {statuses}")
     assert statuses[429] > 0, f"no 429 met: the test did not load the ceilings ({statuses})"
     assert set(statuses) <= {200, 429}, statuses
     per_key = Counter(entry["key"] for entry in log)

@@ -39,16 +39,18 @@ def test_headers_on_every_response(limited: SandboxProcess) -> None:
 def test_per_key_quota_gives_429_with_retry_after_while_address_has_room(
     limited: SandboxProcess,
 ) -> None:
+    # A 30-s minute: 121 requests fit in it on any machine (at 0.1, 6 s, a loaded one may not).
+    limited.limits(True, time_scale=0.5)
     get = client(limited)
     started = time.monotonic()
     ok = spend(get, OWNER_KEYS[0], 120)
     assert all(response.status_code == 200 for response in ok)
     refused = get("/me", key=OWNER_KEYS[0])
-    assert time.monotonic() - started < 6, "the test must run inside one scaled minute"
+    assert time.monotonic() - started < 30, "the test must run inside one scaled minute"
     assert refused.status_code == 429
     assert set(refused.json()) == {"message"}  # spec 7: message only
     retry_after = int(refused.headers["Retry-After"])
-    assert 1 <= retry_after <= 6  # scaled: the minute lasts 6 s here
+    assert 1 <= retry_after <= 30  # scaled: the minute lasts 30 s here
     assert int(refused.headers["X-RateLimit-Remaining"]) > 0  # spec 8 rule 2
     assert get("/me", key=OWNER_KEYS[1]).status_code == 200  # spec 8 rule 3
     time.sleep(retry_after)

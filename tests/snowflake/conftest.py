@@ -2,21 +2,31 @@
 
 No account exists here. `target-snowflake--fakesnow` (meltano.yml) is the MeltanoLabs target in
 its own plugin venv with fakesnow (Snowflake emulated on DuckDB) and the user stage fakesnow
-lacks (guestdata_fakesnow/). Each module gets an empty folder of fakesnow databases, a sandbox
-and a throwaway Meltano state; `FakesnowWarehouse` reads the databases back through fakesnow,
-so queries are Snowflake SQL and types are Snowflake's.
+lacks (guestdata_fakesnow/). `FakesnowWarehouse` reads the databases back through fakesnow, so
+queries are Snowflake SQL and types are Snowflake's.
 
-Reuse (e.g. dbt-snowflake models): `snowflake_pipeline` loads the databases once per module
-(`pipeline.run()`), `built` loads them and builds the models (the job with dbt; its
-run_results.json in `dbt_target`), `pipeline.warehouse.query(sql)` reads them, and in any venv
-that has `tests/snowflake/guestdata_fakesnow` installed beside a Snowflake client,
+One load for the session. `loaded_folder` starts a sandbox as of an instant (`data_instant`)
+and runs the fakesnow job once into a folder: fakesnow's databases, Meltano's system database
+with the state, the target's statement log (support/snowflake_pipeline.py). `built_folder` is
+a copy of it with the dbt models built on it (the job with dbt; run_results.json and the
+compiled SQL in its dbt target dir). Each module gets a copy of one of the two folders and a
+sandbox of its own as of the same instant, so the module's sandbox serves exactly the data the
+shared load read, whatever the wall time, and the module's tests mutate both, in order.
+
+Reuse (e.g. dbt-snowflake models): `snowflake_pipeline` is the module's loaded databases,
+`built` the same with the models built (its dbt target dir in `dbt_target`),
+`pipeline.run()` loads again, `pipeline.warehouse.query(sql)` reads them, and in any venv that
+has `tests/snowflake/guestdata_fakesnow` installed beside a Snowflake client,
 `guestdata-fakesnow run --db-path <pipeline.warehouse.db_path> dbt build ...` runs that client
 on the same databases.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,13 +34,11 @@ import pytest
 import demo_pipeline
 from guestdata_sandbox.testing import SandboxProcess
 from support.snowflake_pipeline import (
-    DBT_JOB,
+    DBT_BUILD,
     DBT_UTILITY,
     LOADER,
     PLUGINS,
     PROJECT_ROOT,
-    STATEMENT_LOG,
-    FakesnowWarehouse,
     SnowflakePipeline,
 )
 
@@ -48,58 +56,84 @@ def fakesnow_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return PROJECT_ROOT / ".meltano" / "loaders" / LOADER / "venv"
 
 
+@pytest.fixture(scope="session")
+def data_instant() -> str:
+    """The instant every Snowflake sandbox serves its data as of (`SandboxProcess(as_of=)`):
+    the session's start, to the second."""
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def sandbox_as_of(instant: str) -> SandboxProcess:
+    """tests/conftest.py's module sandbox (the data the tests pick their rows from), as of
+    `instant`. GUESTDATA_TEST_SANDBOX_ANCHOR=YYYY-MM-DD ends its data on that London day."""
+    anchor = os.environ.get("GUESTDATA_TEST_SANDBOX_ANCHOR") or None
+    return SandboxProcess(size="small", seed=11, limits=False, anchor=anchor, as_of=instant)
+
+
+@pytest.fixture(scope="session")
+def loaded_folder(
+    fakesnow_venv: Path, data_instant: str, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The fakesnow job run once, on a sandbox as of `data_instant`: the folder it left."""
+    folder = tmp_path_factory.mktemp("snowflake-loaded")
+    with sandbox_as_of(data_instant) as sandbox:
+        SnowflakePipeline.in_folder(folder, fakesnow_venv, sandbox.base_url).run()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def built_folder(
+    fakesnow_venv: Path, loaded_folder: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A copy of `loaded_folder` with the dbt models built and tested on it: the folder the
+    job with dbt (DBT_JOB) leaves."""
+    folder = copy_of(loaded_folder, tmp_path_factory.mktemp("snowflake-built"))
+    pipeline = SnowflakePipeline.in_folder(folder, fakesnow_venv, base_url=None)
+    demo_pipeline.run_meltano(["install", DBT_UTILITY], pipeline.env, pipeline.log_path)
+    pipeline.run(*DBT_BUILD)
+    return folder
+
+
+def copy_of(folder: Path, parent: Path) -> Path:
+    """`folder` copied into `parent`: a pipeline in the copy carries on where it left off."""
+    return Path(shutil.copytree(folder, parent / "pipeline"))
+
+
+@pytest.fixture(scope="module")
+def module_sandbox(data_instant: str) -> Iterator[SandboxProcess]:
+    """The module's own sandbox, as of the shared load's instant: it serves what that load
+    read, whatever the wall time (tests/sandbox/test_sandbox_as_of.py); its tests may mutate
+    it, in order. Mutations stamp the real clock, after every run before them."""
+    with sandbox_as_of(data_instant) as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
 def snowflake_pipeline(
-    fakesnow_venv: Path, module_sandbox: SandboxProcess, tmp_path_factory: pytest.TempPathFactory
+    fakesnow_venv: Path,
+    loaded_folder: Path,
+    module_sandbox: SandboxProcess,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> SnowflakePipeline:
-    scratch = tmp_path_factory.mktemp("snowflake")
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        # A user's own settings must not redirect the run (or reach a real account).
-        if not key.startswith(("TAP_GUESTDATA", "TARGET_SNOWFLAKE", "MELTANO_", "FAKESNOW"))
-    }
-    env.update(
-        {
-            "TAP_GUESTDATA_BASE_URL": module_sandbox.base_url,
-            "TAP_GUESTDATA_REQUESTS_PER_MINUTE": "100000",  # the sandbox's limits are off
-            "TARGET_SNOWFLAKE__FAKESNOW_FAKESNOW_DB_PATH": str(scratch / "databases"),
-            STATEMENT_LOG: str(scratch / "statements.jsonl"),
-            "MELTANO_DATABASE_URI": f"sqlite:///{scratch / 'meltano.db'}",
-            "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
-            "NO_COLOR": "1",
-        }
-    )
-    return SnowflakePipeline(
-        env=env,
-        log_path=scratch / "meltano.log",
-        warehouse=FakesnowWarehouse(db_path=scratch / "databases", venv=fakesnow_venv),
-        statement_log=scratch / "statements.jsonl",
-    )
+    """The module's copy of the shared load, run against the module's sandbox."""
+    folder = copy_of(loaded_folder, tmp_path_factory.mktemp("snowflake"))
+    return SnowflakePipeline.in_folder(folder, fakesnow_venv, module_sandbox.base_url)
 
 
 @pytest.fixture(scope="module")
-def dbt_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("dbt-snowflake-target")
+def built(
+    fakesnow_venv: Path,
+    built_folder: Path,
+    module_sandbox: SandboxProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> SnowflakePipeline:
+    """The module's copy of the shared load and dbt build, run against the module's sandbox."""
+    folder = copy_of(built_folder, tmp_path_factory.mktemp("snowflake-dbt"))
+    return SnowflakePipeline.in_folder(folder, fakesnow_venv, module_sandbox.base_url)
 
 
 @pytest.fixture(scope="module")
-def built(snowflake_pipeline: SnowflakePipeline, dbt_target: Path) -> SnowflakePipeline:
-    """The load, then dbt build, as one Meltano job on this module's databases."""
-    env = snowflake_pipeline.env
-    for name in [
-        name for name in env if name.startswith(("DBT_", "GUESTDATA_DBT", "GUESTDATA_ERAS"))
-    ]:
-        del env[name]  # a user's dbt settings (or erasure salt) must not redirect the build
-    env.update(
-        {
-            "DBT_SNOWFLAKE__FAKESNOW_FAKESNOW_DB_PATH": str(snowflake_pipeline.warehouse.db_path),
-            # The test's own target dir (never the repo's transform/target): run_results.json.
-            "DBT_TARGET_PATH": str(dbt_target),
-            "DBT_LOG_PATH": str(dbt_target / "logs"),
-            "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-        }
-    )
-    demo_pipeline.run_meltano(["install", DBT_UTILITY], env, snowflake_pipeline.log_path)
-    snowflake_pipeline.run(*DBT_JOB)
-    return snowflake_pipeline
+def dbt_target(built: SnowflakePipeline) -> Path:
+    """The module's dbt target dir: run_results.json and compiled SQL of its last build."""
+    assert built.dbt_target is not None
+    return built.dbt_target

@@ -2,9 +2,10 @@
 
 The job users run without an account, `guestdata-to-snowflake-fakesnow-dbt`: the sandbox loaded
 by target-snowflake--fakesnow, then `dbt build --target snowflake` by the dbt-snowflake--fakesnow
-utility on the same databases. In order: every model builds and every test passes; every
-dispatched macro took its Snowflake form (the compiled SQL); the marts equal the sandbox's
-ground truth, which needs the London day, the JSON fields and the arrays computed right.
+utility on the same databases (the session's load and build, conftest.py). In order: every
+model builds and every test passes; every dispatched macro took its Snowflake form (the
+compiled SQL); the marts equal the sandbox's ground truth, which needs the London day, the JSON
+fields and the arrays computed right.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from support.dbt import (
     expected_venue_daily,
 )
 from support.snowflake_pipeline import SnowflakePipeline
+from support.streams import truth_today
 
 pytestmark = pytest.mark.snowflake
 
@@ -96,10 +98,11 @@ def test_fct_venue_daily_equals_the_ground_truth_per_venue_and_london_day(
 ) -> None:
     truth = module_truth()
     expected = expected_venue_daily(truth)
+    today = truth_today(truth)  # as_of_the_truth
     built_rows = rows(
         built,
         "SELECT venue_id, date, visits, unique_guests, marketing_opt_ins, api_visits "
-        f"FROM {MODELS}.fct_venue_daily",
+        f"FROM {MODELS}.fct_venue_daily WHERE date <= '{today}'",
     )
     assert {
         (row["VENUE_ID"], row["DATE"].isoformat()): (

@@ -56,7 +56,7 @@ MARTS = (
     "fct_offer_performance",
     "marketing_audience",
 )
-# The models built incrementally (docs/transform.md "What is incremental").
+# The models built incrementally (docs/transform-incremental.md).
 INCREMENTAL_STAGING = (
     "stg_guestdata__guests",
     "stg_guestdata__guest_reads",

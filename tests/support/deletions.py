@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from support.streams import truth_rows
-from tap_guestdata import windows
+from tap_guestdata.run import time_rules
 
 PLACEHOLDER = "********"  # what an erased or deleted guest's contact becomes (erasure_sql.sql)
 
@@ -29,11 +29,11 @@ class DeletionCase:
 
     @property
     def recent_day(self) -> dt.date:
-        return windows.london_day(self.recent["visited_at"])
+        return time_rules.london_day(self.recent["visited_at"])
 
     @property
     def older_day(self) -> dt.date:
-        return windows.london_day(self.older["visited_at"])
+        return time_rules.london_day(self.older["visited_at"])
 
     @property
     def refresh_start(self) -> dt.date:
@@ -42,14 +42,16 @@ class DeletionCase:
 
     @classmethod
     def pick(cls, truth: dict) -> DeletionCase:
-        today = windows.london_day(dt.datetime.now(windows.UTC))
+        today = time_rules.london_day(dt.datetime.now(time_rules.UTC))
         guests = sorted(truth_rows(truth, "guests"), key=lambda row: row["visited_at"])
         venues = truth_rows(truth, "venues")
-        first_day = min(windows.london_day(row["created_at"]) for row in venues)
-        ended = [row for row in guests if windows.london_day(row["visited_at"]) < today]
+        first_day = min(time_rules.london_day(row["created_at"]) for row in venues)
+        ended = [row for row in guests if time_rules.london_day(row["visited_at"]) < today]
         recent = ended[-1]
-        middle_day = first_day + (windows.london_day(recent["visited_at"]) - first_day) / 2
-        older = next(row for row in guests if windows.london_day(row["visited_at"]) >= middle_day)
+        middle_day = first_day + (time_rules.london_day(recent["visited_at"]) - first_day) / 2
+        older = next(
+            row for row in guests if time_rules.london_day(row["visited_at"]) >= middle_day
+        )
         case = cls(recent, older, first_day)
         assert case.first_day < case.refresh_start < case.older_day < case.recent_day, case
         return case

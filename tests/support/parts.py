@@ -1,5 +1,5 @@
-"""A stand-in for a stream, as its parts see it (tap_guestdata/host.py), for the unit tests of
-the parts (tests/unit): no tap, no sandbox, state in plain dictionaries."""
+"""A stand-in for a stream, as its parts see it (tap_guestdata/stream/host.py), for the unit
+tests of the parts (tests/unit): no tap, no sandbox, state in plain dictionaries."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 from singer_sdk.helpers.types import Context
 
-from tap_guestdata.host import PartitionKey, partition_key
-from tap_guestdata.resuming import Resume
-from tap_guestdata.window_policy import WindowPolicy
+from tap_guestdata.stream.host import PartitionKey, partition_key
+from tap_guestdata.stream.resume import Resume
+from tap_guestdata.stream.window import WindowPolicy
 
 UTC = dt.timezone.utc
 

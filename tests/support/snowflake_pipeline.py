@@ -1,7 +1,9 @@
 """Reading fakesnow databases and running the fakesnow Meltano job: shared by the Snowflake tests.
 
 `FakesnowWarehouse` queries the DuckDB files fakesnow keeps, through fakesnow itself (in the
-loader's plugin venv), so statements are Snowflake SQL and types are Snowflake's.
+loader's plugin venv), so statements are Snowflake SQL and types are Snowflake's. A
+`SnowflakePipeline` keeps everything a run leaves in one folder (`in_folder`), so a copy of the
+folder carries on from where the run left off (tests/snowflake/conftest.py shares one load so).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -25,11 +28,23 @@ JOB = ("--environment=dev", "run", "guestdata-to-snowflake-fakesnow")
 # The same load, then dbt build by dbt-snowflake under fakesnow.
 DBT_UTILITY = "dbt-snowflake--fakesnow"
 DBT_JOB = ("--environment=dev", "run", "guestdata-to-snowflake-fakesnow-dbt")
+# The job's dbt build alone: after JOB, the folder DBT_JOB leaves.
+DBT_BUILD = ("--environment=dev", "run", f"{DBT_UTILITY}:build")
 DATABASE = "RAW"  # meltano.yml: target-snowflake--fakesnow's database
 SCHEMA = "GUESTDATA"  # meltano.yml: target-snowflake's default_target_schema
 STATEMENT_LOG = "GUESTDATA_FAKESNOW_STATEMENT_LOG"
 # The connector hands VARIANT, OBJECT and ARRAY values back as JSON text.
 SEMI_STRUCTURED = {"VARIANT", "OBJECT", "ARRAY"}
+# Settings of a user's that must not redirect a run (or reach a real account), nor the build.
+USER_SETTINGS = (
+    "TAP_GUESTDATA",
+    "TARGET_SNOWFLAKE",
+    "MELTANO_",
+    "FAKESNOW",
+    "DBT_",
+    "GUESTDATA_DBT",
+    "GUESTDATA_ERAS",  # the erasure salt and identifier
+)
 
 
 @dataclass
@@ -103,6 +118,37 @@ class SnowflakePipeline:
     warehouse: FakesnowWarehouse
     statement_log: Path
     runs: int = field(default=0)
+    dbt_target: Path | None = None  # dbt's target dir (run_results.json, compiled SQL)
+
+    @classmethod
+    def in_folder(cls, folder: Path, venv: Path, base_url: str | None) -> SnowflakePipeline:
+        """Runs whose every trace is in `folder`: fakesnow's databases, Meltano's system
+        database (the state), the target's statement log, dbt's target dir and the logs."""
+        env = {key: value for key, value in os.environ.items() if not key.startswith(USER_SETTINGS)}
+        env.update(
+            {
+                "TAP_GUESTDATA_REQUESTS_PER_MINUTE": "100000",  # the sandbox's limits are off
+                "TARGET_SNOWFLAKE__FAKESNOW_FAKESNOW_DB_PATH": str(folder / "databases"),
+                STATEMENT_LOG: str(folder / "statements.jsonl"),
+                "MELTANO_DATABASE_URI": f"sqlite:///{folder / 'meltano.db'}",
+                "MELTANO_SEND_ANONYMOUS_USAGE_STATS": "false",
+                "NO_COLOR": "1",
+                "DBT_SNOWFLAKE__FAKESNOW_FAKESNOW_DB_PATH": str(folder / "databases"),
+                # The folder's own target dir (never the repo's transform/target).
+                "DBT_TARGET_PATH": str(folder / "dbt-target"),
+                "DBT_LOG_PATH": str(folder / "dbt-target" / "logs"),
+                "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+            }
+        )
+        if base_url is not None:
+            env["TAP_GUESTDATA_BASE_URL"] = base_url
+        return cls(
+            env=env,
+            log_path=folder / "meltano.log",
+            warehouse=FakesnowWarehouse(db_path=folder / "databases", venv=venv),
+            statement_log=folder / "statements.jsonl",
+            dbt_target=folder / "dbt-target",
+        )
 
     def run(self, *args: str) -> None:
         demo_pipeline.run_meltano(args or JOB, self.env, self.log_path)

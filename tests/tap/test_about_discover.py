@@ -11,7 +11,7 @@ import pytest
 from guestdata_sandbox.accounts import OWNER_KEYS
 from support.sandbox import OWNER_KEY
 from support.streams import STREAM_KEYS
-from support.tap_process import discover, run_tap
+from support.tap_process import run_tap
 
 # The tap's contract as written (docs/tap.md): stream -> primary key. The tests elsewhere read
 # it from the tap (support.streams); this is the one place it is written down to be checked.
@@ -82,11 +82,14 @@ def about() -> dict:
 
 
 def test_discover_works_offline() -> None:
-    catalog = discover({"api_key": OWNER_KEY, "base_url": closed_port_url()})
+    # The process itself (discover() reuses a catalog): no server answers at that port.
+    run = run_tap({"api_key": OWNER_KEY, "base_url": closed_port_url()}, args=("--discover",))
+    assert run.returncode == 0, run.stderr[-3000:]
+    catalog = json.loads(run.stdout)
     streams = {entry["tap_stream_id"]: entry for entry in catalog["streams"]}
     assert set(streams) == set(CONTRACT_KEYS) | {"read_windows"}
     assert STREAM_KEYS == CONTRACT_KEYS  # what the other tests read from the tap
-    # The tap's record of complete reads (deletions.py): discovered, selected only by name.
+    # The tap's record of complete reads (stream/deletions.py): discovered, selected only by name.
     windows = streams["read_windows"]
     assert tuple(windows["key_properties"]) == ("stream", "venue_id", "read_version")
     root = next(entry for entry in windows["metadata"] if entry["breadcrumb"] == [])

@@ -28,9 +28,9 @@ from support.tap_suite import (
     stream_problems,
     sync,
 )
-from tap_guestdata import windows
+from tap_guestdata.run import time_rules
+from tap_guestdata.run.time_rules import TimeWindow
 from tap_guestdata.tap import STREAM_TYPES, TapGuestData
-from tap_guestdata.windows import TimeWindow
 
 DAYS = 10
 # Streams read with an instant window (spec 4.4) and the field the window applies to.
@@ -279,17 +279,17 @@ def test_an_end_date_today_reads_up_to_the_run_start(sandbox: SandboxProcess) ->
 )
 def test_end_date_ends_at_the_next_london_midnight_on_any_day(end_date: str, hours: int) -> None:
     started = dt.datetime(2027, 1, 1, tzinfo=dt.timezone.utc)
-    end = windows.window_end(started, end_date)
+    end = time_rules.window_end(started, end_date)
     day = dt.date.fromisoformat(end_date)
     assert end - london_midnight(day) == dt.timedelta(hours=hours)
-    assert windows.last_day(end) == day
+    assert time_rules.last_day(end) == day
     assert TimeWindow(since="since", until="until").until_param(end) == end_date
     assert TimeWindow(since="from", until="to", dates=True).until_param(end) == end_date
 
 
 def test_a_window_without_end_date_or_ending_later_ends_at_the_run_start() -> None:
     started = dt.datetime(2026, 11, 25, 10, 30, tzinfo=dt.timezone.utc)
-    assert windows.window_end(started, None) == started
-    assert windows.window_end(started, "2026-11-25") == started
-    assert windows.window_end(started, "2027-01-01") == started
+    assert time_rules.window_end(started, None) == started
+    assert time_rules.window_end(started, "2026-11-25") == started
+    assert time_rules.window_end(started, "2027-01-01") == started
     assert TimeWindow(since="since", until="until").until_param(started) == started.isoformat()

@@ -207,7 +207,7 @@ def test_transient_failure_is_retried_then_succeeds(
 def test_slow_answer_times_out_and_is_retried(fresh_sandbox: SandboxProcess) -> None:
     server = fresh_sandbox
     catalog = venues_catalog(server)
-    slow_seconds = 6
+    slow_seconds = 20  # far beyond the 1-s timeout and its retry, on a loaded machine too
     server.fault("slow", 1, path="/venues", seconds=slow_seconds)
     result = sync(server, tap_config(server, request_timeout_seconds=1), catalog=catalog)
     assert_synced_as_truth(result, "venues")

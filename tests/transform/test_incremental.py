@@ -1,10 +1,11 @@
-"""Incremental models equal a full refresh (docs/transform.md "What is incremental").
+"""Incremental models equal a full refresh (docs/transform-incremental.md).
 
 One sandbox and database, the daily job's own incremental dbt build after each change, in order:
-a first load; new arrivals; late arrivals on an old day; a day's stats changed; guests deleted at
-the source and followed; a person erased; a period reloaded. After each step every mart and
-every incremental staging model equals, row for row (all columns), a `--full-refresh` build of
-the same raw data into a schema of its own; the incremental schema is never rebuilt whole.
+a first load; new arrivals; late arrivals on an old day and a day's stats changed, in one
+reloaded period; guests deleted at the source and followed; a person erased. After each step
+every mart and every incremental staging model equals, row for row (all columns), a
+`--full-refresh` build of the same raw data into a schema of its own; the incremental schema is
+never rebuilt whole.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from support.pipeline import MeltanoProject
 pytestmark = pytest.mark.e2e
 
 MODELS_SCHEMA = f"{RAW_SCHEMA}_analytics"
+ONLY_GUESTS = ("--select", "stg_guestdata__guests")  # the model and its tests
 FULL_SCHEMA = f"{RAW_SCHEMA}_full_refresh"
 
 
@@ -129,35 +131,30 @@ def test_2_new_arrivals_members_ledger_rewards_and_redemptions(
     compare()
 
 
-def test_3_late_arrivals_on_an_old_day(
+def test_3_late_arrivals_and_a_days_stats_changed_in_a_reloaded_period(
     loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str, compare: Any
 ) -> None:
-    day = london_day(4)
-    before = visits_on(conninfo, day)
-    noon = dt.datetime.combine(day, dt.time(12), tzinfo=LONDON).isoformat()
+    """Late arrivals on an old day and another day's consent changed, in one reload of eleven
+    days: the incremental models re-read every row of them (a load and a build each cost 40 CPU
+    seconds, so a reload of one day each and a period's reload are one step)."""
+    late_day, changed_day = london_day(4), london_day(6)
+    before = visits_on(conninfo, late_day)
+    noon = dt.datetime.combine(late_day, dt.time(12), tzinfo=LONDON).isoformat()
     sandbox.mutate("add_guests", count=3, visited_at=noon)
-    reload_period(loaded, day, day)
-    assert visits_on(conninfo, day) == before + 3
-    compare()
-
-
-def test_4_a_days_stats_changed(
-    loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str, compare: Any
-) -> None:
-    day = london_day(6)
     guest = next(
         g
         for g in sandbox.truth(OWNER_KEYS[0], "guests")
-        if dt.datetime.fromisoformat(g["visited_at"]).astimezone(LONDON).date() == day
+        if dt.datetime.fromisoformat(g["visited_at"]).astimezone(LONDON).date() == changed_day
     )
     sandbox.mutate(
         "set_marketing_consent", guest_id=guest["id"], value=not guest["marketing_consent"]
     )
-    reload_period(loaded, day, day)
+    reload_period(loaded, london_day(14), late_day)
+    assert visits_on(conninfo, late_day) == before + 3
     compare()
 
 
-def test_5_guests_deleted_at_the_source_and_followed(
+def test_4_guests_deleted_at_the_source_and_followed(
     loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str, compare: Any
 ) -> None:
     day = london_day(9)
@@ -175,7 +172,7 @@ def test_5_guests_deleted_at_the_source_and_followed(
     compare()
 
 
-def test_6_a_person_erased(
+def test_5_a_person_erased(
     loaded: MeltanoProject, sandbox: SandboxProcess, dbt: Dbt, conninfo: str, compare: Any
 ) -> None:
     person = person_to_erase(sandbox)
@@ -189,12 +186,6 @@ def test_6_a_person_erased(
         f"SELECT count(*) FROM {MODELS_SCHEMA}.marketing_audience WHERE contact_key = %s",
         person.email,
     ) == [(0,)]
-    compare()
-
-
-def test_7_a_period_reloaded(loaded: MeltanoProject, conninfo: str, compare: Any) -> None:
-    """Every row of ten days written again: the incremental models re-read all of them."""
-    reload_period(loaded, london_day(14), london_day(5))
     compare()
 
 
@@ -273,7 +264,9 @@ def test_a_builds_data_tests_read_the_rows_not_yet_tested(
 ) -> None:
     """macros/data_test_scope.sql: a `dbt build`'s generic tests of an incremental model read
     the rows written since its last build whose tests all passed; a failure is read again at
-    every build until it is mended; `dbt test` reads every row."""
+    every build until it is mended; `dbt test` reads every row. The builds after the first
+    select the model (its tests and its record come with it): a build of every model costs
+    six times the CPU and adds nothing here."""
     guests = f"{MODELS_SCHEMA}_staging.stg_guestdata__guests"
     record = f"{MODELS_SCHEMA}.guestdata_tested_builds"
     not_null_venue = "not_null_stg_guestdata__guests_venue_id"
@@ -294,7 +287,7 @@ def test_a_builds_data_tests_read_the_rows_not_yet_tested(
         f"UPDATE {guests} SET venue_id = NULL WHERE guest_visit_id = (SELECT min(guest_visit_id)"
         f" FROM {guests} WHERE loaded_at < (SELECT max(loaded_at) FROM {guests})) RETURNING 1",
     ) == [(1,)]
-    nightly = dbt.run("build")
+    nightly = dbt.run("build", *ONLY_GUESTS)
     assert nightly.returncode == 0, nightly.output[-3000:]
     assert nightly.statuses("test")[not_null_venue] == "pass"
     assert dbt.run("test", "--select", not_null_venue).statuses("test")[not_null_venue] == "fail"
@@ -306,8 +299,8 @@ def test_a_builds_data_tests_read_the_rows_not_yet_tested(
         "WHERE venue_id IS NULL RETURNING 1",
     )
     for _ in range(2):
-        failing = dbt.run("build")
+        failing = dbt.run("build", *ONLY_GUESTS)
         assert failing.statuses("test")[not_null_venue] == "fail", failing.output[-3000:]
-    mended = dbt.run("build", "--full-refresh")
+    mended = dbt.run("build", "--full-refresh", *ONLY_GUESTS)
     assert mended.returncode == 0, mended.output[-3000:]
-    assert dbt.run("build").statuses("test")[not_null_venue] == "pass"
+    assert dbt.run("build", *ONLY_GUESTS).statuses("test")[not_null_venue] == "pass"

@@ -1,9 +1,9 @@
-"""The rows a read returned, per venue, counted exactly with flat memory (deletions.py)."""
+"""The rows a read returned, per venue, counted exactly with flat memory (stream/deletions.py)."""
 
 from __future__ import annotations
 
-from tap_guestdata.deletions import DistinctRows
 from tap_guestdata.http.paging import PAGES_REMEMBERED, PER_PAGE, NewestFirstPages
+from tap_guestdata.stream.deletions import DistinctRows
 
 
 def drifting_pages(total: int, added_before_each_page: int) -> list[list[int]]:

@@ -1,4 +1,4 @@
-"""Resume parts (resuming.py) on stand-in streams: the listing resume (with and without open
+"""Resume parts (stream/resume.py) on stand-in streams: the listing resume (with and without open
 rows) and the member walk with its ledgers, each marker written and read back from state."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import datetime as dt
 from typing import Any
 
 from support.parts import UTC, FakeHost
-from tap_guestdata.resume import RESUME_KEY
-from tap_guestdata.resuming import ListingResume, MemberWalkResume, WalkedLedgerResume
-from tap_guestdata.window_policy import ListingWindow
+from tap_guestdata.run.state_markers import RESUME_KEY
+from tap_guestdata.stream.resume import ListingResume, MemberWalkResume, WalkedLedgerResume
+from tap_guestdata.stream.window import ListingWindow
 
 WINDOW_END = dt.datetime(2026, 3, 30, 12, 0, tzinfo=UTC)
 

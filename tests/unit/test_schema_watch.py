@@ -1,4 +1,4 @@
-"""The schema watch (drift.py) on a stand-in stream: undeclared fields dropped or refused,
+"""The schema watch (stream/drift.py) on a stand-in stream: undeclared fields dropped or refused,
 contradicting types refused, and declared fields that never came reported."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tap_guestdata.drift import SchemaDriftError, SchemaWatch
+from tap_guestdata.stream.drift import SchemaDriftError, SchemaWatch
 
 SCHEMA = {
     "properties": {

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import inspect
 
-from tap_guestdata import catalog
-from tap_guestdata.client import GuestDataStream
-from tap_guestdata.resuming import Resume
+from tap_guestdata.run import catalog
+from tap_guestdata.stream.base import GuestDataStream
+from tap_guestdata.stream.resume import Resume
+from tap_guestdata.stream.window import WindowPolicy
 from tap_guestdata.streams import rewards
 from tap_guestdata.tap import STREAM_TYPES
-from tap_guestdata.window_policy import WindowPolicy
 
 # The hooks a resume or window part answers for; a stream overriding one bypasses its parts.
 PART_HOOKS = {

@@ -1,6 +1,6 @@
 """The transport's policies without a server: the error policy (spec 7), the key pool and its
 two limits (each key's window, the address's ceiling, spec 8) and the shared budget's store,
-and the retry waits (transport.py)."""
+and the retry waits (stream/transport.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tap_guestdata.http.errors import (
     classify,
 )
 from tap_guestdata.http.limiter import AddressCeiling, KeyPool, PoolClosed
-from tap_guestdata.transport import BACKOFF_CAP_SECONDS, RATE_LIMITED_RETRY_CAP, Transport
+from tap_guestdata.stream.transport import BACKOFF_CAP_SECONDS, RATE_LIMITED_RETRY_CAP, Transport
 
 
 def answer(status: int, body: dict[str, Any] | None = None, **headers: str) -> requests.Response:

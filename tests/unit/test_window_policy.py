@@ -1,4 +1,4 @@
-"""Window policies (window_policy.py) on a stand-in stream: bookmark, start_date, lookback, the
+"""Window policies (stream/window.py) on a stand-in stream: bookmark, start_date, lookback, the
 window's end, resumed reads, and the London days around the clock changes (spec 4.4)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import datetime as dt
 
 from support.parts import UTC, FakeHost, FakeSettings
-from tap_guestdata import windows
-from tap_guestdata.resume import RESUME_KEY
-from tap_guestdata.resuming import ListingResume
-from tap_guestdata.window_policy import DayByDayWindow, ListingWindow, OpenRowsWindow
+from tap_guestdata.run import time_rules
+from tap_guestdata.run.state_markers import RESUME_KEY
+from tap_guestdata.stream.resume import ListingResume
+from tap_guestdata.stream.window import DayByDayWindow, ListingWindow, OpenRowsWindow
 
 SPRING_FORWARD = dt.date(2026, 3, 29)  # London: 23 hours
 FALL_BACK = dt.date(2026, 10, 25)  # London: 25 hours
@@ -56,18 +56,18 @@ def test_dates_window_sends_london_days() -> None:
 
 
 def test_a_london_midnight_end_is_sent_as_the_day_before() -> None:
-    midnight = windows.start_of_london_day(SPRING_FORWARD + dt.timedelta(days=1))
+    midnight = time_rules.start_of_london_day(SPRING_FORWARD + dt.timedelta(days=1))
     host = FakeHost(started=midnight).with_parts(window=ListingWindow(since="since", until="until"))
     assert host.window.params(None) == {"until": "2026-03-29"}  # spec 4.4.3: the whole day
 
 
 def test_london_days_around_the_clock_changes_are_23_and_25_hours() -> None:
     def hours(day: dt.date) -> float:
-        length = windows.end_of_london_day(day) - windows.start_of_london_day(day)
+        length = time_rules.end_of_london_day(day) - time_rules.start_of_london_day(day)
         return length.total_seconds() / 3600
 
     assert (hours(SPRING_FORWARD), hours(FALL_BACK)) == (23.0, 25.0)
-    assert windows.start_of_london_day(FALL_BACK).isoformat() == "2026-10-24T23:00:00+00:00"
+    assert time_rules.start_of_london_day(FALL_BACK).isoformat() == "2026-10-24T23:00:00+00:00"
 
 
 def test_day_by_day_window_reads_each_day_from_bookmark_less_lookback() -> None:

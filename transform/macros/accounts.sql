@@ -1,5 +1,5 @@
 {#- One set of models for every account (docs/transform.md "Across accounts"; the layout choice:
-    docs/development.md "One warehouse for every account").
+    docs/decisions.md "One warehouse for every account").
 
     Each account lands in a raw schema of its own (guestdata_<name>), so one account's
     ACTIVATE_VERSION, hard deletes, deletions following and erasure act on its tables only. The

@@ -1,5 +1,4 @@
-{#- Which rows of an incremental model a `dbt build`'s generic data tests read (docs/transform.md
-    "What is incremental"). Every incremental model has built_at (when the build that last wrote
+{#- Which rows of an incremental model a `dbt build`'s generic data tests read (docs/transform-incremental.md). Every incremental model has built_at (when the build that last wrote
     the row started, macros/incremental.sql), and after each build the on-run-end hook records,
     per model, the newest build whose generic tests all passed (guestdata_tested_builds, in the
     models' schema). A build's tests then read the rows written after that: tonight's, and any a

@@ -1,4 +1,4 @@
-{#- Incremental staging (docs/transform.md "What is incremental"). A model built this way reads,
+{#- Incremental staging (docs/transform-incremental.md). A model built this way reads,
     of every account's raw table, only the rows the loader wrote (_sdc_batched_at) or flagged
     deleted (_sdc_deleted_at: ACTIVATE_VERSION, the source-deletions hook) since its newest row,
     less guestdata_incremental_lookback_hours, and replaces those keys. Keyed on the loader's

@@ -1,4 +1,4 @@
-{#- Generated from tap_guestdata/catalog.py by scripts/build_docs.py; do not edit
+{#- Generated from tap_guestdata/run/catalog.py by scripts/build_docs.py; do not edit
     (its --check, run by tests/test_readme.py, fails when it is out of step). Each
     stream that holds a person's contact, and what erasure and source deletions
     leave in each of its fields: the placeholder (erasure_placeholder) or null. -#}

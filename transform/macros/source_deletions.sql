@@ -1,4 +1,4 @@
-{#- Deletions followed inside any window (tap_guestdata/deletions.py; docs/security.md "A guest
+{#- Deletions followed inside any window (tap_guestdata/stream/deletions.py; docs/security.md "A guest
     deleted at the vendor"). Deleting a guest in the service drops them from the API (spec 1);
     Singer has no ACTIVATE_VERSION scoped to a window, so the tap records each complete read of
     guests in read_windows: per venue, the window [covers_from, covers_until), the run's version

@@ -3,7 +3,7 @@
 -- depends_on: {{ ref('stg_guestdata__account') }}
 -- One row per member: status, tier, balances and visits as the API gave them, and what the
 -- ledger says (spec 2.9: balance_after follows the deltas, so both should equal the balance).
--- Incremental (docs/transform.md "What is incremental"): only the members whose row or ledger
+-- Incremental (docs/transform-incremental.md): only the members whose row or ledger
 -- was written since the last build, erased, no longer listed, or whose tier's name changed are
 -- computed again (the ledger grows with the history; a night touches a few hundred members).
 with members as (

@@ -2,7 +2,7 @@
 {%- set incremental = is_incremental() %}
 -- One row per venue and London day over the whole guest history, counted from guest rows by
 -- the rules of spec 2.4, with the API's own daily_stats beside them where that day was loaded.
--- Incremental (docs/transform.md "What is incremental"): a build recomputes only the venue-days
+-- Incremental (docs/transform-incremental.md): a build recomputes only the venue-days
 -- something changed since the last one (affected_days), and replaces exactly those.
 -- stg_guestdata__guests is read where it is used, not as one common table: PostgreSQL would
 -- materialize the whole history once, every column, before any filter.

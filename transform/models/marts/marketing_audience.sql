@@ -5,7 +5,7 @@
 -- One row per person who may be sent marketing now: consent as last read (spec 2.3: the
 -- person's answer now, on every arrival row), never an old visit's flag, never a masked
 -- contact, never the contact of an anonymised member or of a person erased on request.
--- Incremental (docs/transform.md "What is incremental"): only the contacts with a guest row
+-- Incremental (docs/transform-incremental.md): only the contacts with a guest row
 -- written since the last build, every contact of an account with a deletion or a new name, and
 -- every anonymised member's contact are computed again, and replace their rows.
 -- stg_guestdata__guests is read where it is used (fct_venue_daily says why).

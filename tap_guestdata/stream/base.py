@@ -3,8 +3,8 @@
 A stream is a declaration: its path, keys and cursor, and the parts it needs.
 
     class Guests(GuestDataStream):
-        window = ListingWindow(since="from", until="to", dates=True)   # window_policy.py
-        resume = ListingResume()                                       # resuming.py
+        window = ListingWindow(since="from", until="to", dates=True)   # window.py
+        resume = ListingResume()                                       # resume.py
         deletions = FollowDeletions(first_day=..., venues=...)         # deletions.py
 
 Every stream also holds a transport (transport.py: send, retry, error policy; the key pool and
@@ -27,22 +27,23 @@ from singer_sdk.exceptions import FatalAPIError
 from singer_sdk.helpers.conform import TypeConformanceLevel
 from singer_sdk.schema.source import SchemaDirectory, StreamSchema
 
-from tap_guestdata import drift, planning, reading, windows
-from tap_guestdata.deletions import FollowDeletions, row_version
 from tap_guestdata.http.paging import PER_PAGE, LastPagePaginator, NewestFirstPages, body_of
-from tap_guestdata.prefetch import ChildPrefetch
-from tap_guestdata.resuming import Resume
-from tap_guestdata.transport import Transport
-from tap_guestdata.window_policy import WindowPolicy
+from tap_guestdata.run import time_rules
+from tap_guestdata.stream import drift, planning, reading
+from tap_guestdata.stream.deletions import FollowDeletions, row_version
+from tap_guestdata.stream.prefetch import ChildPrefetch
+from tap_guestdata.stream.resume import Resume
+from tap_guestdata.stream.transport import Transport
+from tap_guestdata.stream.window import WindowPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from singer_sdk.helpers.types import Context, RequestFunc
 
-    from tap_guestdata.authenticator import KeyPoolAuthenticator
-    from tap_guestdata.progress import StreamPlan
-    from tap_guestdata.runtime import Runtime, StreamCounters
+    from tap_guestdata.http.auth import KeyPoolAuthenticator
+    from tap_guestdata.run.progress import StreamPlan
+    from tap_guestdata.run.runtime import Runtime, StreamCounters
 
 SCHEMAS = SchemaDirectory(resources.files("tap_guestdata") / "schemas")
 SiblingStream = TypeVar("SiblingStream", bound="GuestDataStream")
@@ -110,7 +111,7 @@ class GuestDataStream(RESTStream[int]):
 
     @property
     def authenticator(self) -> KeyPoolAuthenticator:
-        return self.runtime.authenticator  # keys are added per attempt (authenticator.py)
+        return self.runtime.authenticator  # keys are added per attempt (http/auth.py)
 
     def get_new_paginator(self) -> LastPagePaginator | None:
         return LastPagePaginator(start_value=1) if self.paged else None
@@ -182,7 +183,7 @@ class GuestDataStream(RESTStream[int]):
         drift.check_row(self, row)  # fields the schema lacks, or of another type (drift.py)
         if self.deletions is not None:
             # The SDK writes the RECORD's version from this attribute, set for a full-table
-            # sync only (override register, docs/development.md); here: when it was read.
+            # sync only (override register, docs/development-sdk.md); here: when it was read.
             self._stream_version = row_version()
         key = self.utc_cursor_key
         if key is not None and (value := row.get(key)) is not None:
@@ -197,7 +198,7 @@ class GuestDataStream(RESTStream[int]):
         self._write_activate_version_message(version)
 
     def compare_start_date(self, value: str, start_date_value: str) -> str:
-        return max(value, start_date_value, key=windows.parse_boundary)
+        return max(value, start_date_value, key=time_rules.parse_boundary)
 
 
 def sibling(stream: GuestDataStream, stream_type: type[SiblingStream]) -> SiblingStream:
@@ -214,7 +215,7 @@ def read_observers(stream: GuestDataStream) -> list[reading.ReadObserver]:
     if stream.deletions is not None and stream.selected:
         observers.append(stream.deletions)
     if stream.parent_stream_type is None:
-        tap = stream._tap  # the SDK's; its state writer sends STATE (resume.py)
+        tap = stream._tap  # the SDK's; its state writer sends STATE (run/state_markers.py)
         names = [stream.name, *(child.name for child in stream.child_streams)]
         write_state = partial(tap.state_writer.write_state, stream.tap_state)
         checkpoints = stream.runtime.checkpoints
@@ -227,7 +228,7 @@ def utc_cursor(stream: str, row: dict[str, Any], key: str, value: Any) -> str:
     """The cursor value in UTC; a value that is not an instant stops the run, naming it."""
     if isinstance(value, str):
         try:
-            return windows.utc_text(value)
+            return time_rules.utc_text(value)
         except ValueError:
             pass
     raise FatalAPIError(

@@ -1,5 +1,6 @@
-"""Resume parts: how a stream picks up a read an earlier run left half-done (resume.py says
-what the markers in state are; here is what a stream does with them, behind one protocol).
+"""Resume parts: how a stream picks up a read an earlier run left half-done
+(run/state_markers.py says what the markers in state are; here is what a stream does with them,
+behind one protocol).
 
     resume = ListingResume()                      # guests, redemptions: narrow the window
     resume = MemberWalkResume(ledger=...)         # members: skip ledgers already written
@@ -14,10 +15,10 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tap_guestdata import windows
-from tap_guestdata.host import Part, PartitionKey, StreamHost, state_key
-from tap_guestdata.reading import ReadEvents
-from tap_guestdata.resume import RESUME_KEY, ListingMarker, MemberWalk
+from tap_guestdata.run import time_rules
+from tap_guestdata.run.state_markers import RESUME_KEY, ListingMarker, MemberWalk
+from tap_guestdata.stream.host import Part, PartitionKey, StreamHost, state_key
+from tap_guestdata.stream.reading import ReadEvents
 
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
@@ -53,7 +54,7 @@ class Resume(ReadEvents, Part):
 
 class ListingResume(Resume):
     """A newest-first listing bounded in time: an interrupted read left `[since, oldest row
-    written]` unread, so the next run's window ends there (resume.py, ListingMarker).
+    written]` unread, so the next run's window ends there (run/state_markers.py, ListingMarker).
 
     `open_row` (rewards, spec 3): rows that may still change; the oldest one written is kept
     under `oldest_open_key` in the marker, and in the stream's state once the read finished."""
@@ -98,7 +99,7 @@ class ListingResume(Resume):
         if cursor_key and row.get(cursor_key):
             marker.row_written(row[cursor_key])
         if self.open_row is not None and self.oldest_open_key and self.open_row(row):
-            cursor = windows.utc_text(row[str(cursor_key)])
+            cursor = time_rules.utc_text(row[str(cursor_key)])
             oldest_open = marker.extra.get(self.oldest_open_key)
             if oldest_open is None or cursor < oldest_open:
                 marker.extra[self.oldest_open_key] = cursor
@@ -114,7 +115,7 @@ class ListingResume(Resume):
             oldest_open = self.marker(context).extra.get(self.oldest_open_key)
             # every page read: none open means nothing older than this run's window can
             # change (after a resumed run the bookmark, the newest row, still bounds it)
-            self.host.stream_state[self.oldest_open_key] = oldest_open or windows.utc_text(
+            self.host.stream_state[self.oldest_open_key] = oldest_open or time_rules.utc_text(
                 self.host.runtime.window_end
             )
         marker = self._markers.pop(state_key(self.host, context), None)
@@ -127,9 +128,10 @@ class ListingResume(Resume):
 
 
 class MemberWalkResume(Resume):
-    """The member walk (resume.py, MemberWalk): members newest first, each with its ledger.
-    `ledger(host)` is the member ledger stream; the members bookmark (spec 2.8, no updated-at
-    field) is the walk's start less members_margin_seconds, kept under `bookmark_key`."""
+    """The member walk (run/state_markers.py, MemberWalk): members newest first, each with its
+    ledger. `ledger(host)` is the member ledger stream; the members bookmark (spec 2.8, no
+    updated-at field) is the walk's start less members_margin_seconds, kept under
+    `bookmark_key`."""
 
     def __init__(self, *, ledger: Callable[[Any], StreamHost], bookmark_key: str) -> None:
         self.ledger = ledger
@@ -149,8 +151,8 @@ class MemberWalkResume(Resume):
             if interrupted is not None and (interrupted.with_ledger or not with_ledger):
                 self._walk = interrupted
             else:
-                # the ledger window's end (windows.window_end), kept for a resumed walk
-                started_at = windows.utc_text(self.host.runtime.window_end)
+                # the ledger window's end (time_rules.window_end), kept for a resumed walk
+                started_at = time_rules.utc_text(self.host.runtime.window_end)
                 self._walk = MemberWalk(started_at=started_at, with_ledger=with_ledger)
         return self._walk
 
@@ -162,7 +164,7 @@ class MemberWalkResume(Resume):
             # never past the ledger window's end: members whose points moved after end_date
             # must be listed again, with their ledgers
             bookmark = min(runtime.members_bookmark(margin), runtime.window_end)
-            self.walk.members_bookmark = windows.utc_text(bookmark)
+            self.walk.members_bookmark = time_rules.utc_text(bookmark)
         return self.walk.members_bookmark
 
     def child_already_read(self, row: dict[str, Any]) -> bool:
@@ -208,7 +210,7 @@ class WalkedLedgerResume(Resume):
 
     def window_until(self, context: Context | None, window_end: dt.datetime) -> dt.datetime:
         """The member walk's start: a resumed walk reads the interrupted run's window."""
-        return windows.parse_instant(self.walk(self.host).walk.started_at)
+        return time_rules.parse_instant(self.walk(self.host).walk.started_at)
 
     def already_read(self, context: Context | None) -> bool:
         return self.walk(self.host).ledger_already_read((context or {}).get("member_id"))

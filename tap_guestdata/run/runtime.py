@@ -15,8 +15,7 @@ from typing import Any
 
 import requests
 
-from tap_guestdata import windows
-from tap_guestdata.authenticator import KeyPoolAdapter, KeyPoolAuthenticator
+from tap_guestdata.http.auth import KeyPoolAdapter, KeyPoolAuthenticator
 from tap_guestdata.http.budget import (
     FALLBACK_WARNING,
     BudgetUnavailable,
@@ -29,9 +28,10 @@ from tap_guestdata.http.budget import (
 from tap_guestdata.http.errors import StreamForbidden
 from tap_guestdata.http.limiter import ADDRESS_LIMIT_DEFAULT, KeyPool
 from tap_guestdata.http.share import ShareFallback
-from tap_guestdata.progress import Progress
-from tap_guestdata.resume import Checkpoints
-from tap_guestdata.settings import MAX_KEYS, Settings
+from tap_guestdata.run import time_rules
+from tap_guestdata.run.progress import Progress
+from tap_guestdata.run.settings import MAX_KEYS, Settings
+from tap_guestdata.run.state_markers import Checkpoints
 
 
 @dataclass
@@ -118,10 +118,10 @@ class Runtime:
         self.settings = settings
         self.logger = logger
         self.sync_started_at = sync_started_at
-        # Where every window of this run ends (windows.window_end: the start, or end_date's end).
-        self.window_end = windows.window_end(sync_started_at, settings.end_date)
-        # As bookmarks are rendered, for string comparison with each row's cursor (deletions.py).
-        self.window_end_utc = windows.utc_text(self.window_end)
+        # Where every window of this run ends (time_rules.window_end: the start, or end_date's end).
+        self.window_end = time_rules.window_end(sync_started_at, settings.end_date)
+        # As bookmarks are rendered: compared as strings with rows' cursors (stream/deletions.py).
+        self.window_end_utc = time_rules.utc_text(self.window_end)
         self.keys = KeyPool(
             list(settings.keys),
             settings.requests_per_minute,
@@ -149,7 +149,7 @@ class Runtime:
             window_seconds=settings.rate_limit_window_seconds,
         )
         self.first_pages: dict[str, requests.Response] = {}  # read by the plan, kept for the sync
-        self.completed_reads: list[dict[str, Any]] = []  # read_windows rows (deletions.py)
+        self.completed_reads: list[dict[str, Any]] = []  # read_windows rows (stream/deletions.py)
 
     def attempting(self, stream: str) -> None:
         """This thread's next attempts are `stream`'s (counted when they get a key's slot)."""

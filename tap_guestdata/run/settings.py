@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 from singer_sdk import typing as th
 from singer_sdk.typing import DEFAULT_JSONSCHEMA_VALIDATOR, extend_validator_with_defaults
 
-from tap_guestdata import windows
-from tap_guestdata.resume import BOOKMARK_TIME_KEYS, RESUME_TIME_KEYS
+from tap_guestdata.http.errors import BASE_PATH
+from tap_guestdata.run import time_rules
+from tap_guestdata.run.state_markers import BOOKMARK_TIME_KEYS, RESUME_TIME_KEYS
 
-BASE_PATH = "/api/v1/customer"  # spec 9: base_url ends in this path segment
 MAX_KEYS = 5  # spec 5.3: at most 5 keys per account
 SECRET_SETTINGS = ("api_key", "api_keys")
 LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}  # plain http allowed only here
@@ -337,15 +337,15 @@ def _is_loopback(host: str) -> bool:
 
 
 def _start_date_errors(value: str) -> list[str]:
-    if windows.is_bare_date(value):
+    if time_rules.is_bare_date(value):
         try:
             day = dt.date.fromisoformat(value)
         except ValueError:
             return [f"start_date: {value!r} is not a valid date"]
-        future = day > windows.london_day(dt.datetime.now(windows.UTC))
-    elif windows.is_instant_with_offset(value):
+        future = day > time_rules.london_day(dt.datetime.now(time_rules.UTC))
+    elif time_rules.is_instant_with_offset(value):
         try:
-            future = windows.parse_instant(value) > dt.datetime.now(windows.UTC)
+            future = time_rules.parse_instant(value) > dt.datetime.now(time_rules.UTC)
         except ValueError:
             return [f"start_date: {value!r} is not a valid ISO 8601 instant"]
     else:
@@ -360,13 +360,13 @@ def _end_date_errors(value: str, start_date: Any) -> list[str]:
     """end_date is a London day (inclusive) not before start_date's; today or later is fine
     (the run reads up to its start)."""
     try:
-        day = dt.date.fromisoformat(value) if windows.is_bare_date(value) else None
+        day = dt.date.fromisoformat(value) if time_rules.is_bare_date(value) else None
     except ValueError:
         return [f"end_date: {value!r} is not a valid date"]
     if day is None:
         return [f"end_date: {value!r} must be YYYY-MM-DD (a London day, the last one read)"]
     if isinstance(start_date, str) and not _start_date_errors(start_date):
-        first = windows.london_day(start_date)
+        first = time_rules.london_day(start_date)
         if day < first:
             return [
                 f"end_date: {value!r} is before start_date's London day {first.isoformat()}; "
@@ -394,7 +394,7 @@ def state_errors(state: Any, streams: Mapping[str, Any]) -> list[str]:
 
 def _readable_bookmark(entry: dict[str, Any]) -> bool:
     """replication_key_value (and the rewards' oldest open issued_at) is a date or instant, and
-    so is every time in a resume marker (resume.py)."""
+    so is every time in a resume marker (run/state_markers.py)."""
     marker = entry.get("resume")
     if marker is not None and not (
         isinstance(marker, dict) and _readable_times(marker, RESUME_TIME_KEYS)
@@ -411,10 +411,10 @@ def _readable_times(entry: dict[str, Any], keys: tuple[str, ...]) -> bool:
         if not isinstance(value, str):
             return False
         try:
-            if windows.is_bare_date(value):
+            if time_rules.is_bare_date(value):
                 dt.date.fromisoformat(value)
             else:
-                windows.parse_instant(value)
+                time_rules.parse_instant(value)
         except ValueError:
             return False
     return True

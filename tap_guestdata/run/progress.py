@@ -147,7 +147,7 @@ class PerRequestMetrics(logging.Filter):
 
 class NotResumableWarning(logging.Filter):
     """The SDK warns that an unsorted stream "is not resumable if interrupted"; this tap resumes
-    those streams from its own markers (resume.py), so the warning would mislead."""
+    those streams from its own markers (run/state_markers.py), so the warning would mislead."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Stream is assumed to be unsorted")

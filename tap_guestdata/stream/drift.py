@@ -221,7 +221,7 @@ def check_row(stream: Stream, row: dict[str, Any]) -> None:
     """Every row, before it is written (post_process)."""
     current: SchemaWatch | None = vars(stream).get(_WATCH_ATTRIBUTE)
     if current is None:
-        mode = str(stream.config["schema_drift"])  # settings.py fills the default
+        mode = str(stream.config["schema_drift"])  # run/settings.py fills the default
         current = vars(stream)[_WATCH_ATTRIBUTE] = SchemaWatch(stream, mode)
     current.check(row)
 

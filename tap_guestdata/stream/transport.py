@@ -2,7 +2,7 @@
 
 The key pool and both rate limits (http/limiter.py: each key's window and the address's
 ceiling; http/budget.py: the budget shared with other processes) sign and pace each attempt in
-the session's adapter (authenticator.py); this part sends, checks (spec 7, http/errors.py) and
+the session's adapter (http/auth.py); this part sends, checks (spec 7, http/errors.py) and
 retries: a 429 waits on its key and is no failure, anything passing backs off exponentially,
 at most `max_retries` times. The stream's SDK hooks (`request_decorator`, `validate_response`)
 are delegates to it.
@@ -22,8 +22,8 @@ import requests
 from singer_sdk import metrics
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 
-from tap_guestdata.host import Part, StreamHost
 from tap_guestdata.http.errors import (
+    BASE_PATH,
     RateLimited,
     StreamForbidden,
     StreamSkipped,
@@ -32,7 +32,7 @@ from tap_guestdata.http.errors import (
     describe_request,
 )
 from tap_guestdata.http.paging import BODY_ATTRIBUTE
-from tap_guestdata.settings import BASE_PATH
+from tap_guestdata.stream.host import Part, StreamHost
 
 if TYPE_CHECKING:
     from backoff.types import Details

@@ -3,7 +3,7 @@ the children of the rows just read (members -> ledgers, offers -> offer stats).
 
 The SDK syncs a child inside its parent's record loop, one partition at a time (ecosystem
 notes); with one request per member that is one round trip per row. Here the parent's rows go
-through `lookahead` (concurrency.py): each row read starts its children's requests in the pool,
+through `lookahead` (run/concurrency.py): each row read starts its children's requests in the pool,
 and the SDK's child sync then takes the finished rows. State, messages and order stay on the
 main thread. A stream holds this part as `prefetcher`; `prefetched_by_parent = True` on a child
 turns it on.
@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tap_guestdata.concurrency import Prefetched, Rows, lookahead
-from tap_guestdata.host import Part, StreamHost, partition_key
 from tap_guestdata.http.errors import ResourceNotFound
+from tap_guestdata.run.concurrency import Prefetched, Rows, lookahead
+from tap_guestdata.stream.host import Part, StreamHost, partition_key
 
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
 
-    from tap_guestdata.resuming import Resume
-    from tap_guestdata.window_policy import WindowPolicy
+    from tap_guestdata.stream.resume import Resume
+    from tap_guestdata.stream.window import WindowPolicy
 
 
 class PrefetchHost(StreamHost, Protocol):

@@ -1,7 +1,7 @@
 """What a part of a stream may ask of the stream that holds it (a Protocol, not the class).
 
-The parts (transport.py, window_policy.py, resuming.py, deletions.py, planning.py) sit below
-the stream class: they import this, never `client.py`, so no import circle forms (the layer
+The parts (transport.py, window.py, resume.py, deletions.py, planning.py) sit below
+the stream class: they import this, never `base.py`, so no import circle forms (the layer
 contract in pyproject.toml keeps it so). A part takes its host when the stream is built
 (`Part.bound`), so one declaration on a class serves every instance of it.
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
 
-    from tap_guestdata.runtime import Runtime
+    from tap_guestdata.run.runtime import Runtime
 
 
 class StreamHost(Protocol):

@@ -1,5 +1,5 @@
 """Planning: how many requests each stream expects, from what the API says, before the sync
-(progress.py logs the plan and the progress lines). A first page read to plan is kept for the
+(run/progress.py logs the plan and the progress lines). A first page read to plan is kept for the
 sync (`Runtime.first_pages`), so planning costs no request.
 """
 
@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from singer_sdk.exceptions import RetriableAPIError
 
-from tap_guestdata.host import StreamHost
 from tap_guestdata.http.errors import RateLimited, StreamForbidden
 from tap_guestdata.http.paging import LastPagePaginator
-from tap_guestdata.progress import StreamPlan
+from tap_guestdata.run.progress import StreamPlan
+from tap_guestdata.stream.host import StreamHost
 
 if TYPE_CHECKING:
     import requests
     from singer_sdk.helpers.types import Context
 
-    from tap_guestdata.transport import Transport
+    from tap_guestdata.stream.transport import Transport
 
 
 class PlanHost(StreamHost, Protocol):

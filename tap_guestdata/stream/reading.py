@@ -1,9 +1,9 @@
 """The read loop: a stream's rows, with its parts told what happened (before the read, each row
 written, the end, or a failure and why). `GuestDataStream.get_records` is this loop.
 
-Observers, in the order they are told: the resume part (resuming.py), the deletions part
+Observers, in the order they are told: the resume part (resume.py), the deletions part
 (deletions.py), the checkpoints (a STATE message at most every `state_interval_seconds`) and
-the progress lines (progress.py).
+the progress lines (run/progress.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from tap_guestdata.http.errors import StreamForbidden, StreamSkipped
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
 
-    from tap_guestdata.progress import Progress
-    from tap_guestdata.resume import Checkpoints
+    from tap_guestdata.run.progress import Progress
+    from tap_guestdata.run.state_markers import Checkpoints
 
 
 class ReadObserver(Protocol):
@@ -59,7 +59,7 @@ def read_told(
         for row in read():
             yield row
             # The SDK asks for the next row only once it has written this one (and synced
-            # its children): from here on the row counts as done (resume.py).
+            # its children): from here on the row counts as done (run/state_markers.py).
             for observer in observers:
                 observer.row_written(row, context)
     except StreamForbidden as error:
@@ -82,7 +82,7 @@ def tell_failed(observers: Sequence[ReadObserver], context: Context | None, why:
 
 
 class Checkpointing(ReadEvents):
-    """A STATE message, carrying how far the stream got, when one is due (resume.py)."""
+    """A STATE message, carrying how far the stream got, when one is due (run/state_markers.py)."""
 
     def __init__(
         self,
@@ -91,7 +91,7 @@ class Checkpointing(ReadEvents):
         write_state: Callable[[], None],
     ) -> None:
         self.checkpoints = checkpoints
-        self.markers = markers  # the resume markers into the stream's state (resuming.py)
+        self.markers = markers  # the resume markers into the stream's state (resume.py)
         self.write_state = write_state
 
     def row_written(self, row: dict[str, Any], context: Context | None) -> None:
@@ -101,7 +101,7 @@ class Checkpointing(ReadEvents):
 
 
 class ProgressTelling(ReadEvents):
-    """Tells the progress lines a stream and its children are done (progress.py)."""
+    """Tells the progress lines a stream and its children are done (run/progress.py)."""
 
     def __init__(self, progress: Progress, names: list[str]) -> None:
         self.progress = progress

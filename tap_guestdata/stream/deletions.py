@@ -52,18 +52,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from singer_sdk.exceptions import FatalAPIError, RetriableAPIError
 
-from tap_guestdata import windows
-from tap_guestdata.host import Part, PartitionKey, StreamHost, state_key
 from tap_guestdata.http.paging import PAGES_REMEMBERED, PER_PAGE
-from tap_guestdata.window_policy import bookmark
+from tap_guestdata.run import time_rules
+from tap_guestdata.stream.host import Part, PartitionKey, StreamHost, state_key
+from tap_guestdata.stream.window import bookmark
 
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
 
-    from tap_guestdata.resuming import Resume
-    from tap_guestdata.window_policy import WindowPolicy
+    from tap_guestdata.stream.resume import Resume
+    from tap_guestdata.stream.window import WindowPolicy
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=windows.UTC)  # a window with no lower bound
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=time_rules.UTC)  # a window with no lower bound
 READ_WINDOWS = "read_windows"  # the stream that carries the windows read (streams/core.py)
 
 
@@ -187,7 +187,7 @@ class FollowDeletions(Part):
         if resumed := self.host.resume.resumed_below(context):
             return resumed
         if runtime.window_end < runtime.sync_started_at:
-            last_day = windows.last_day(runtime.window_end).isoformat()
+            last_day = time_rules.last_day(runtime.window_end).isoformat()
             return f"the window ends on {last_day} (end_date), newer rows were not read"
         since = window.since_value(context)
         if since is None:
@@ -198,7 +198,7 @@ class FollowDeletions(Part):
             first_day = self.first_day(self.host) if self.first_day is not None else None
         except (FatalAPIError, RetriableAPIError) as error:
             return f"the account's first day is not known ({error})"
-        if first_day is not None and windows.london_day(since) <= first_day:
+        if first_day is not None and time_rules.london_day(since) <= first_day:
             return None
         after = (
             f", after {first_day.isoformat()}, the first day a row can have" if first_day else ""
@@ -235,7 +235,7 @@ class FollowDeletions(Part):
         if venue_ids is None:
             return "its reads are not recorded (no venues it covers)"
         since = host.window.since_value(context)
-        covers_from = windows.parse_boundary(since) if since else EPOCH
+        covers_from = time_rules.parse_boundary(since) if since else EPOCH
         covers_until = runtime.window_end.isoformat()  # never wider than was read (end_date)
         read = {
             "stream": host.name,
@@ -243,7 +243,7 @@ class FollowDeletions(Part):
             "read_started_at": runtime.sync_started_at.isoformat(),
             "covers_from": covers_from.isoformat(),
             "covers_until": covers_until,
-            "completed_at": dt.datetime.now(windows.UTC).isoformat(),
+            "completed_at": dt.datetime.now(time_rules.UTC).isoformat(),
         }
         for venue_id in venue_ids:
             rows_read = self.rows_read.by_venue.get(venue_id, 0)

@@ -28,10 +28,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tap_guestdata import windows
+from tap_guestdata.run import time_rules
 
 # The keys this tap adds to the SDK's state (replication_key, replication_key_value,
-# partitions), named here once; settings.py checks their values in a given state file.
+# partitions), named here once; run/settings.py checks their values in a given state file.
 RESUME_KEY = "resume"  # stream or partition state: how far an interrupted run got
 OLDEST_OPEN_KEY = "oldest_open_issued_at"  # rewards: the oldest reward still open (spec 3)
 MEMBERS_BOOKMARK_KEY = "updated_since"  # members: the next run's updated_since (spec 2.8)
@@ -71,7 +71,7 @@ class ListingMarker:
 
     def until(self) -> dt.datetime | None:
         """The upper bound of what is left to read (inclusive, with a second's margin)."""
-        return windows.parse_instant(self.oldest) + UNTIL_MARGIN if self.oldest else None
+        return time_rules.parse_instant(self.oldest) + UNTIL_MARGIN if self.oldest else None
 
     def as_state(self) -> dict[str, Any]:
         marker = {"oldest": self.oldest, "newest": self.newest, **self.extra}
@@ -83,7 +83,7 @@ class MemberWalk:
     """How far the member walk (members newest first, each member's ledger) got.
 
     `started_at` is the interrupted run's window end (its sync start, or the end of its
-    end_date's London day: windows.window_end): the resumed run reads the same ledger
+    end_date's London day: time_rules.window_end): the resumed run reads the same ledger
     window (`until`) and ends with the same members bookmark, so nothing changed in between is
     claimed as read. Members created after that start have no ledger line in the window, so
     "done" is every member newer than the boundary, plus the ids written at the boundary.
@@ -111,7 +111,7 @@ class MemberWalk:
         )
 
     def member_written(self, member: dict[str, Any]) -> None:
-        created = windows.utc_text(member["created_at"])
+        created = time_rules.utc_text(member["created_at"])
         if self.boundary is None or created < self.boundary:
             self.boundary, self.boundary_ids = created, []
         if created == self.boundary:
@@ -125,7 +125,7 @@ class MemberWalk:
         """True when this member's ledger was written by the interrupted run."""
         if self.boundary is None:
             return False
-        created = windows.utc_text(member["created_at"])
+        created = time_rules.utc_text(member["created_at"])
         return created > self.boundary or (
             created == self.boundary and member["id"] in self.boundary_ids
         )

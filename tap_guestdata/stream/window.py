@@ -1,6 +1,6 @@
 """Window policies: which part of a stream's history a run reads, as a part the stream declares.
 
-The rules of time themselves (London days, UTC bookmarks, the parameters) are in `windows.py`;
+The rules of time themselves (London days, UTC bookmarks, the parameters) are in `time_rules.py`;
 a policy applies them to one stream: its bookmark, start_date, the lookback, and the window's
 end (the run's `window_end`, or where an interrupted run got to: the stream's resume part).
 
@@ -14,14 +14,14 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tap_guestdata import windows
-from tap_guestdata.host import Part, PartitionKey, StreamHost, state_key
-from tap_guestdata.windows import TimeWindow
+from tap_guestdata.run import time_rules
+from tap_guestdata.run.time_rules import TimeWindow
+from tap_guestdata.stream.host import Part, PartitionKey, StreamHost, state_key
 
 if TYPE_CHECKING:
     from singer_sdk.helpers.types import Context
 
-    from tap_guestdata.resuming import Resume
+    from tap_guestdata.stream.resume import Resume
 
 
 class WindowHost(StreamHost, Protocol):
@@ -101,7 +101,7 @@ class ListingWindow(WindowPolicy):
         previous = bookmark(self.host, context)
         start_date = self.host.runtime.settings.start_date
         if previous and start_date:
-            return max(previous, start_date, key=windows.parse_boundary)
+            return max(previous, start_date, key=time_rules.parse_boundary)
         return previous or start_date
 
     def lookback_days(self) -> int:
@@ -132,7 +132,7 @@ class OpenRowsWindow(ListingWindow):
         oldest_open = self.host.stream_state.get(self.oldest_open_key)
         if start is None or not oldest_open or self.fixed_lookback():
             return start
-        return str(min(start, oldest_open, key=windows.parse_boundary))
+        return str(min(start, oldest_open, key=time_rules.parse_boundary))
 
     def fixed_lookback(self) -> bool:
         """A lookback in days: set by the user, or the fallback when state has no oldest open."""
@@ -166,15 +166,15 @@ class DayByDayWindow(ListingWindow):
         return {self.since_parameter: day, self.until_parameter: day} if day else {}
 
     def last_day(self) -> dt.date:
-        """Today, or end_date when that is earlier (windows.window_end)."""
-        return windows.last_day(self.host.runtime.window_end)
+        """Today, or end_date when that is earlier (time_rules.window_end)."""
+        return time_rules.last_day(self.host.runtime.window_end)
 
     def days(self, context: Context | None, earliest: dt.date) -> list[dt.date]:
         """The days to read, `earliest` being the first day the partition has data."""
         settings = self.host.runtime.settings
         first = earliest
         if settings.start_date is not None:  # a lookback never reaches before it
-            first = max(first, windows.london_day(settings.start_date))
+            first = max(first, time_rules.london_day(settings.start_date))
         previous = bookmark(self.host, context)
         if previous is not None:
             lookback = dt.timedelta(self.lookback_days())
@@ -182,7 +182,7 @@ class DayByDayWindow(ListingWindow):
         elif (history_days := settings.stats_history_days) is not None:
             # the last N days, the last day read included
             first = max(first, self.last_day() - dt.timedelta(days=history_days - 1))
-        return windows.days_between(first, self.last_day())
+        return time_rules.days_between(first, self.last_day())
 
 
 class UpdatedSinceWindow(WindowPolicy):
@@ -201,4 +201,4 @@ class UpdatedSinceWindow(WindowPolicy):
             return {}
         if self.read_all(self.host):
             return {}
-        return {self.parameter: windows.instant_param(windows.parse_instant(since))}
+        return {self.parameter: time_rules.instant_param(time_rules.parse_instant(since))}
