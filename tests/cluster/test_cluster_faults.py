@@ -111,6 +111,15 @@ QUEUED_TIMEOUT = 60
 # taken (unacknowledged: Redis keeps it for the visibility timeout) is sent again after the
 # queued timeout (and, if the scheduler that sent it died, after its adoption).
 BACKLOG_RUNS_WITHIN = QUEUED_TIMEOUT + QUEUED_TIMEOUT // 4 + ORPHAN_CHECK_SECONDS + 60
+# A lost worker's task fails a heartbeat timeout after its last heartbeat, and its retry is queued
+# a retry delay later. Only the scheduler that queued a task checks its heartbeat: one queued
+# before the scheduler's restart waits first for the new one to adopt it (its orphan check, once a
+# minute). Twice the timeout, as a loaded machine slows the scheduler's loop (210 s, without the
+# adoption, once passed in CI).
+BACKLOG_QUEUED_WITHIN = ORPHAN_CHECK_SECONDS + 2 * FAULT_HEARTBEAT_TIMEOUT + 60
+# A load the broker's restart failed runs again: its retry delay, a queued message sent again
+# once the broker is back (the queued timeout), and a task's start on a loaded machine.
+LOAD_RUNS_AGAIN_WITHIN = RETRY_DELAY_SECONDS + QUEUED_TIMEOUT + 120
 DOWN_SECONDS = 10.0
 GAP_SECONDS = 6.0  # between one fault's end and the next
 # An account's requests with faults over its clean run's, where no try of its task failed
@@ -227,11 +236,20 @@ class Schedule(threading.Thread):
         self.done = threading.Event()  # the schedule is over
         self.run_ended = threading.Event()  # set by the test: the manager may stop
 
-    def until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+    def until(
+        self,
+        condition: Callable[[], bool],
+        timeout: float,
+        what: str,
+        seen: Callable[[], object] | None = None,
+    ) -> None:
+        """Wait for condition; past the timeout, fail naming what was awaited and what `seen`
+        reads then (CI's log shows the message, not the cluster's)."""
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
-                raise AssertionError(f"waited {timeout:.0f} s for {what}")
+                found = f"; found {seen()!r}" if seen else ""
+                raise AssertionError(f"waited {timeout:.0f} s for {what}{found}")
             self.pause(0.5)
 
     def pause(self, seconds: float) -> None:
@@ -276,11 +294,26 @@ class Schedule(threading.Thread):
         self.noted(fault)
         return fault
 
+    def running_loads(self) -> list[dict[str, Any]]:
+        return [t for t in self.tasks() if is_load(t) and t["state"] == "running"]
+
+    def states(self) -> dict[str, tuple[str, int]]:
+        """The run's tasks' states and tries, for a wait's error."""
+        return {task_key(t): (t["state"], t["try_number"]) for t in self.tasks()}
+
     def worker_lost_with_backlog(self) -> None:
+        # The broker's restart just before may have failed the running loads: their retries
+        # wait the retry delay, are queued again and start (CI once found none running 6 s
+        # after Redis was back).
+        running: list[dict[str, Any]] = []
+
+        def load_running() -> bool:
+            running[:] = self.running_loads()
+            return bool(running)
+
+        self.until(load_running, LOAD_RUNS_AGAIN_WITHIN, "a load to run", self.states)
         fault = Fault(LOST, at=time.time())
         state = self.cluster.state
-        running = [t for t in self.tasks() if is_load(t) and t["state"] == "running"]
-        assert running, "a load runs when the worker is lost"
         queue = running[-1]["queue"]
         worker = next(n for n in range(1, state.workers + 1) if state.queue(n) == queue)
         fault.notes["worker"] = worker
@@ -292,9 +325,17 @@ class Schedule(threading.Thread):
                 task_key(t) for t in self.tasks() if t["queue"] == queue and t["state"] == "queued"
             )
 
+        def on_the_queue() -> dict[str, tuple[str, int]]:
+            """What the wait saw last, for its error: the queue's tasks' states and tries."""
+            return {
+                task_key(t): (t["state"], t["try_number"])
+                for t in self.tasks()
+                if t["queue"] == queue
+            }
+
         # The heartbeat timeout fails its tasks; their retries are sent to its queue, where no
-        # worker takes them: the broker holds them.
-        self.until(lambda: bool(backlog()), FAULT_HEARTBEAT_TIMEOUT + 90, "a backlog")
+        # worker takes them: the broker holds them (within BACKLOG_QUEUED_WITHIN).
+        self.until(lambda: bool(backlog()), BACKLOG_QUEUED_WITHIN, "a backlog", on_the_queue)
         self.pause(2)  # the AOF writes every second
         fault.notes["backlog"] = backlog()
         broker = self.redis_down("broker restarted with a backlog", DOWN_SECONDS / 2)
@@ -314,7 +355,7 @@ class Schedule(threading.Thread):
                     started.setdefault(key, round(time.time() - fault.back, 1))
             return set(started) == waiting
 
-        self.until(backlog_running, BACKLOG_RUNS_WITHIN, "the backlog to run")
+        self.until(backlog_running, BACKLOG_RUNS_WITHIN, "the backlog to run", on_the_queue)
         fault.notes["backlog_running_after_seconds"] = started
         self.noted(fault)
 
@@ -328,11 +369,7 @@ class Schedule(threading.Thread):
 
     def run(self) -> None:
         try:
-            self.until(
-                lambda: any(t["state"] == "running" and is_load(t) for t in self.tasks()),
-                300,
-                "a load task to run",
-            )
+            self.until(lambda: bool(self.running_loads()), 300, "a load task to run", self.states)
             steps: list[Callable[[], Any]] = [
                 *(lambda s=s: self.service_down(s) for s in SERVICES),
                 lambda: self.redis_down("broker and store (redis)", DOWN_SECONDS),
