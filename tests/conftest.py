@@ -7,13 +7,12 @@ The PostgreSQL and Meltano fixtures of the suites that run the Meltano project (
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from support.sandbox import OWNER_KEY
+from support.sandbox import OWNER_KEY, module_sandbox_as_of
 
 pytest_plugins = ["support.pipeline", "support.release", "support.cpu_report"]
 
@@ -39,12 +38,8 @@ def module_sandbox() -> Iterator[SandboxProcess]:
     It serves its data as of its start (`as_of`): a reward that expires or a London midnight
     that passes between a load and the truth it is checked against changes neither (a reward
     read as issued by the load and as expired by a later truth failed CI). Mutations stamp the
-    real clock, after every run before them.
-    GUESTDATA_TEST_SANDBOX_ANCHOR=YYYY-MM-DD ends its data on that London day instead of now
-    (tests that pick their rows from the data mean the same on any day)."""
-    anchor = os.environ.get("GUESTDATA_TEST_SANDBOX_ANCHOR") or None
-    as_of = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-    with SandboxProcess(size="small", seed=11, limits=False, anchor=anchor, as_of=as_of) as server:
+    real clock, after every run before them (support/sandbox.py, module_sandbox_as_of)."""
+    with module_sandbox_as_of(dt.datetime.now(dt.timezone.utc).replace(microsecond=0)) as server:
         yield server
 
 

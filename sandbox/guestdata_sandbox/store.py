@@ -22,7 +22,7 @@ from guestdata_sandbox import render, row_fields
 from guestdata_sandbox.accounts import ACCOUNTS, KEYS, ApiKey
 from guestdata_sandbox.dataset import AccountData, Dataset
 from guestdata_sandbox.generate import generate
-from guestdata_sandbox.rules import london_date, london_day_end, london_day_start, london_today
+from guestdata_sandbox.rules import london_date, london_day_end, london_day_start
 
 LIST_CACHE_LIMIT = 512
 
@@ -41,7 +41,7 @@ class Store:
         clock still); the anchor defaults to its London day."""
         self.seed, self.size, self.colliding_account = seed, size, colliding_account
         self.as_of = as_of
-        self.anchor = anchor or (london_today() if as_of is None else london_date(as_of))
+        self.anchor = anchor or self.today()
         self.lock = threading.RLock()
         self.load()
 

@@ -33,6 +33,7 @@ import pytest
 
 import demo_pipeline
 from guestdata_sandbox.testing import SandboxProcess
+from support.sandbox import module_sandbox_as_of
 from support.snowflake_pipeline import (
     DBT_BUILD,
     DBT_UTILITY,
@@ -63,20 +64,13 @@ def data_instant() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
-def sandbox_as_of(instant: str) -> SandboxProcess:
-    """tests/conftest.py's module sandbox (the data the tests pick their rows from), as of
-    `instant`. GUESTDATA_TEST_SANDBOX_ANCHOR=YYYY-MM-DD ends its data on that London day."""
-    anchor = os.environ.get("GUESTDATA_TEST_SANDBOX_ANCHOR") or None
-    return SandboxProcess(size="small", seed=11, limits=False, anchor=anchor, as_of=instant)
-
-
 @pytest.fixture(scope="session")
 def loaded_folder(
     fakesnow_venv: Path, data_instant: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """The fakesnow job run once, on a sandbox as of `data_instant`: the folder it left."""
     folder = tmp_path_factory.mktemp("snowflake-loaded")
-    with sandbox_as_of(data_instant) as sandbox:
+    with module_sandbox_as_of(data_instant) as sandbox:
         SnowflakePipeline.in_folder(folder, fakesnow_venv, sandbox.base_url).run()
     return folder
 
@@ -104,7 +98,7 @@ def module_sandbox(data_instant: str) -> Iterator[SandboxProcess]:
     """The module's own sandbox, as of the shared load's instant: it serves what that load
     read, whatever the wall time (tests/sandbox/test_sandbox_as_of.py); its tests may mutate
     it, in order. Mutations stamp the real clock, after every run before them."""
-    with sandbox_as_of(data_instant) as server:
+    with module_sandbox_as_of(data_instant) as server:
         yield server
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 from typing import Any
 
 from guestdata_sandbox.accounts import OWNER_KEYS
@@ -12,6 +14,15 @@ OWNER_KEY = OWNER_KEYS[0]
 # The tests' sandboxes run with limits off: a budget far above spec 8's 120/minute keeps the
 # suites fast. The rate-limit tests set the real budget.
 FAST: dict[str, Any] = {"requests_per_minute": 100_000}
+
+
+def module_sandbox_as_of(instant: dt.datetime | str) -> SandboxProcess:
+    """The sandbox a module's tests pick their rows from and may mutate, in order, serving its
+    data as of `instant` (`SandboxProcess(as_of=)`). GUESTDATA_TEST_SANDBOX_ANCHOR=YYYY-MM-DD
+    ends its data on that London day instead (tests that pick their rows from the data mean the
+    same on any day)."""
+    anchor = os.environ.get("GUESTDATA_TEST_SANDBOX_ANCHOR") or None
+    return SandboxProcess(size="small", seed=11, limits=False, anchor=anchor, as_of=instant)
 
 
 def tap_config(server: SandboxProcess, key: str = OWNER_KEY, **overrides: Any) -> dict[str, Any]:
