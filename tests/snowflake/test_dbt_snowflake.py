@@ -228,6 +228,53 @@ def test_json_array_and_interval_helpers_give_the_truths_values(
     assert any(value for value in expected_seconds.values())
 
 
+def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_under_fakesnow(
+    built: SnowflakePipeline,
+) -> None:
+    """The typed union (macros/accounts.sql) on Snowflake's catalog: three copies of the
+    account, two of them (paired in the union's tree) without the guests' VENUE_ID."""
+    schemas = ("GUESTDATA_TYPED_A", "GUESTDATA_TYPED_B", "GUESTDATA_TYPED_C")
+    models = "GUESTDATA_TYPED_MODELS"
+    try:
+        built.warehouse.query(
+            *(f"CREATE SCHEMA {schema}" for schema in schemas),
+            *(
+                f"CREATE TABLE {schema}.{table} AS SELECT * FROM GUESTDATA.{table}"
+                for schema in schemas
+                for table in ("ACCOUNT", "GUESTS")
+            ),
+            *(f"ALTER TABLE {schema}.GUESTS DROP COLUMN VENUE_ID" for schema in schemas[1:]),
+        )
+        # No LIKE escape on Snowflake: `_` matches any character, and the models' own schemas
+        # hold no ACCOUNT table.
+        built.invoke_dbt(
+            "run",
+            "--select",
+            "stg_guestdata__account stg_guestdata__guests",
+            GUESTDATA_RAW_SCHEMAS="GUESTDATA_TYPED%",
+            GUESTDATA_DBT_SCHEMA=models,
+        )
+        venues = rows(
+            built,
+            "SELECT lower(source_relation) AS relation, count(venue_id) AS venues, count(*) AS n"
+            f" FROM {models}_STAGING.stg_guestdata__guests GROUP BY 1 ORDER BY 1",
+        )
+        arrivals = venues[0]["N"]
+        assert arrivals > 0
+        assert [(row["RELATION"], row["VENUES"], row["N"]) for row in venues] == [
+            (schemas[0].lower(), arrivals, arrivals),
+            (schemas[1].lower(), 0, arrivals),
+            (schemas[2].lower(), 0, arrivals),
+        ]
+    finally:
+        built.warehouse.query(
+            *(
+                f"DROP SCHEMA IF EXISTS {schema} CASCADE"
+                for schema in (*schemas, f"{models}_STAGING", models)
+            )
+        )
+
+
 def instant(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 

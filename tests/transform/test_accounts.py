@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from guestdata_sandbox.accounts import COLLIDING_ACCOUNT, COLLIDING_KEY, OWNER_KEYS
@@ -188,3 +189,50 @@ def test_the_pattern_leaves_out_schemas_without_the_account_table(
         f"SELECT DISTINCT source_relation FROM {MODELS}_staging.stg_guestdata__venues "
         "ORDER BY source_relation",
     ) == [(RAW_SCHEMA,), (TWIN,)]
+
+
+def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_where_it_exists(
+    loaded: MeltanoProject, pg_server: Any, e2e_database: str, conninfo: str, tmp_path: Path
+) -> None:
+    """A tap upgrade adds a non-text column; two accounts not reloaded since lack it. In the union,
+    their nulls take the column's type from the schema that has it: a bare null is text, and two
+    adjacent text branches fail the union against the bigint one, for every account."""
+    schemas = ("guestdata_typed_a", "guestdata_typed_b", "guestdata_typed_c")
+    models = "guestdata_typed_models"
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as connection:
+            for schema in schemas:  # copies of the module's account, each an account schema
+                connection.execute(f"CREATE SCHEMA {schema}")
+                for table in ("account", "guests"):
+                    connection.execute(
+                        f"CREATE TABLE {schema}.{table} AS SELECT * FROM {RAW_SCHEMA}.{table}"
+                    )
+            for schema in schemas[1:]:  # the union tree pairs them: (a) union all (b union all c)
+                connection.execute(f"ALTER TABLE {schema}.guests DROP COLUMN venue_id")
+        typed = every_account_dbt(pg_server, e2e_database, tmp_path)
+        run = typed.run(
+            "run",
+            "--select",
+            "stg_guestdata__account stg_guestdata__guests",
+            extra_env={
+                "GUESTDATA_RAW_SCHEMAS": "guestdata\\_typed\\_%",
+                "GUESTDATA_DBT_SCHEMA": models,
+            },
+        )
+        assert run.returncode == 0, run.output[-3000:]
+        venues = query(
+            conninfo,
+            f"SELECT source_relation, count(venue_id), count(*) FROM {models}_staging."
+            "stg_guestdata__guests GROUP BY source_relation ORDER BY source_relation",
+        )
+        arrivals = venues[0][2]
+        assert arrivals > 0
+        assert venues == [
+            (schemas[0], arrivals, arrivals),
+            (schemas[1], 0, arrivals),
+            (schemas[2], 0, arrivals),
+        ]
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as connection:
+            for schema in (*schemas, f"{models}_staging", models):
+                connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

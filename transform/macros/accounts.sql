@@ -25,8 +25,9 @@
   {{ return(name if (schema | lower).startswith(prefix) and name else none) }}
 {%- endmacro %}
 
-{#- The accounts' raw copies of one table: a list of {'schema', 'columns'} in schema order, from
-    one catalog query (the tables of 10,000 schemas are one round trip, not 10,000). -#}
+{#- The accounts' raw copies of one table: a list of {'schema', 'columns', 'types'} in schema
+    order, from one catalog query (the tables of 10,000 schemas are one round trip, not 10,000).
+    Types are `;`-separated: a type's own text may hold a comma (numeric(10,2)). -#}
 {% macro raw_relations(table) %}
   {% if not execute %}
     {{ return([]) }}
@@ -34,13 +35,14 @@
   {% set found = run_query(raw_columns_sql(table, raw_schema_pattern())) %}
   {% set relations = [] %}
   {% for row in found.rows %}
-    {% do relations.append({'schema': row[0], 'columns': row[1].split(',')}) %}
+    {% do relations.append({'schema': row[0], 'columns': row[1].split(','), 'types': row[2].split(';')}) %}
   {% endfor %}
   {{ return(relations) }}
 {% endmacro %}
 
-{#- (schema, its columns comma-separated in table order) for each account schema holding the
-    table. An account schema: the pattern matches and it holds the tap's account table. -#}
+{#- (schema, its columns comma-separated in table order, their types `;`-separated in the same
+    order) for each account schema holding the table. An account schema: the pattern matches and
+    it holds the tap's account table. -#}
 {% macro raw_columns_sql(table, pattern) %}
   {{ return(adapter.dispatch('raw_columns_sql', 'guestdata')(table, pattern)) }}
 {% endmacro %}
@@ -49,7 +51,8 @@
     schemas' columns. -#}
 {% macro postgres__raw_columns_sql(table, pattern) %}
   {{ return(
-    "select schemas.nspname, string_agg(columns.attname, ',' order by columns.attnum)"
+    "select schemas.nspname, string_agg(columns.attname, ',' order by columns.attnum),"
+    ~ " string_agg(format_type(columns.atttypid, columns.atttypmod), ';' order by columns.attnum)"
     ~ " from pg_catalog.pg_namespace as schemas"
     ~ " join pg_catalog.pg_class as tables on tables.relnamespace = schemas.oid"
     ~ " join pg_catalog.pg_attribute as columns on columns.attrelid = tables.oid"
@@ -64,7 +67,8 @@
 {% macro default__raw_columns_sql(table, pattern) %}
   {{ return(
     "select columns.table_schema, listagg(columns.column_name, ',')"
-    ~ " within group (order by columns.ordinal_position)"
+    ~ " within group (order by columns.ordinal_position),"
+    ~ " listagg(columns.data_type, ';') within group (order by columns.ordinal_position)"
     ~ " from information_schema.columns as columns"
     ~ " where upper(columns.table_schema) like upper('" ~ pattern ~ "')"
     ~ " and upper(columns.table_name) = upper('" ~ table ~ "')"
@@ -75,8 +79,11 @@
 {% endmacro %}
 
 {#- Every account's rows of a raw table, one select per account schema, each with
-    source_relation and account_name first; a column an older schema lacks reads null. No
-    schema holds the table yet: the source itself, so the error names what is missing. -#}
+    source_relation and account_name first; a column an older schema lacks reads null, cast to
+    the type it has where it exists (a bare null in a union is text, so two schemas without a
+    bigint column would fail the union against the one with it, as dbt_utils.union_relations
+    casts for). No schema holds the table yet: the source itself, so the error names what is
+    missing. -#}
 {% macro union_raw(table) -%}
   {%- set relations = raw_relations(table) -%}
   {%- if not relations -%}
@@ -87,9 +94,11 @@ select
 from {{ source('guestdata', table) }} as raw_table
   {%- else -%}
   {%- set columns = [] -%}
+  {%- set types = {} -%}
   {%- for relation in relations -%}
     {%- for column in relation.columns if column | lower not in columns -%}
       {%- do columns.append(column | lower) -%}
+      {%- do types.update({column | lower: relation.types[relation.columns.index(column)]}) -%}
     {%- endfor -%}
   {%- endfor -%}
 -- depends_on: {{ source('guestdata', table) }}
@@ -102,7 +111,7 @@ select
     cast('{{ relation.schema | lower }}' as {{ dbt.type_string() }}) as source_relation,
     cast({{ "'" ~ name ~ "'" if name else 'null' }} as {{ dbt.type_string() }}) as account_name,
     {% for column in columns -%}
-    {{ adapter.quote(relation.columns[held.index(column)]) if column in held else 'null' }} as {{ column }}{{ ',' if not loop.last }}
+    {{ adapter.quote(relation.columns[held.index(column)]) if column in held else 'cast(null as ' ~ types[column] ~ ')' }} as {{ column }}{{ ',' if not loop.last }}
     {% endfor -%}
 from {{ api.Relation.create(database=target.database, schema=relation.schema, identifier=table) }}
   {%- endset %}
