@@ -275,6 +275,57 @@ def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_under_fakesno
         )
 
 
+def rows_per_model(pipeline: SnowflakePipeline, account: str) -> dict[str, int]:
+    """Every model's (staging and marts) rows of one account (source_relation), by table."""
+    (tables,) = pipeline.warehouse.query(
+        "SELECT table_schema || '.' || table_name AS name FROM information_schema.columns"
+        f" WHERE table_schema IN ('{MODELS}', '{MODELS}_STAGING')"
+        " AND upper(column_name) = 'SOURCE_RELATION'"
+    )
+    counts = pipeline.warehouse.query(
+        *(
+            f"SELECT count(*) AS n FROM {table['NAME']} WHERE source_relation = '{account}'"
+            for table in tables
+        )
+    )
+    return {
+        table["NAME"]: n for table, ((row,)) in zip(tables, counts, strict=True) if (n := row["N"])
+    }
+
+
+def test_an_account_seen_late_is_read_in_full_and_an_offboarded_one_leaves_under_fakesnow(
+    built: SnowflakePipeline,
+) -> None:
+    """A copy of the account in a schema of its own, first seen by a build after the first one
+    (lookback 0 h): its own watermark reads it in full, every model holding what the first
+    account's holds. Its schema dropped (offboarded): the next build leaves none of its rows."""
+    second = "GUESTDATA_SECOND"
+    every_account = {
+        "GUESTDATA_RAW_SCHEMAS": "GUESTDATA%",
+        "GUESTDATA_INCREMENTAL_LOOKBACK_HOURS": "0",
+    }
+    (tables,) = built.warehouse.query(
+        "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'GUESTDATA'"
+    )
+    try:
+        built.warehouse.query(
+            f"CREATE SCHEMA {second}",
+            *(
+                f"CREATE TABLE {second}.{table['NAME']} AS SELECT * FROM GUESTDATA.{table['NAME']}"
+                for table in tables
+            ),
+        )
+        built.invoke_dbt("build", **every_account)
+        first = rows_per_model(built, "guestdata")
+        assert first and rows_per_model(built, second.lower()) == first
+        built.warehouse.query(f"DROP SCHEMA {second} CASCADE")
+        built.invoke_dbt("build", **every_account)
+        assert rows_per_model(built, second.lower()) == {}
+        assert rows_per_model(built, "guestdata") == first
+    finally:
+        built.warehouse.query(f"DROP SCHEMA IF EXISTS {second} CASCADE")
+
+
 def instant(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 

@@ -191,6 +191,61 @@ def test_the_pattern_leaves_out_schemas_without_the_account_table(
     ) == [(RAW_SCHEMA,), (TWIN,)]
 
 
+def rows_per_model(conninfo: str, account: str) -> dict[str, int]:
+    """Every model's (staging and marts) rows of one account, by table."""
+    tables = query(
+        conninfo,
+        "SELECT table_schema || '.' || table_name FROM information_schema.columns"
+        " WHERE table_schema IN (%s, %s) AND column_name = 'source_relation' ORDER BY 1",
+        MODELS,
+        f"{MODELS}_staging",
+    )
+    counts = {
+        table: query(conninfo, f"SELECT count(*) FROM {table} WHERE source_relation = %s", account)
+        for (table,) in tables
+    }
+    return {table: rows for table, ((rows,),) in counts.items() if rows}
+
+
+def test_an_offboarded_account_leaves_every_model_and_renamed_back_is_read_in_full(
+    every_account: Dbt, loaded: MeltanoProject, sandbox: SandboxProcess, conninfo: str
+) -> None:
+    """The twin's raw schema renamed out of the pattern (offboarding): the next build leaves none
+    of its rows in any model, its audience included. Renamed into the pattern under another name
+    after the first account's refresh moved every watermark past the twin's rows (a lookback of
+    0 h stands in for more than the lookback passing), it is read in full: its own watermark."""
+    no_lookback = {"GUESTDATA_INCREMENTAL_LOOKBACK_HOURS": "0"}
+    renamed, outside = "guestdata_twin_renamed", "offboarded_twin"
+    twin_days = venue_days(conninfo, TWIN)
+    twin_held = rows_per_model(conninfo, TWIN)
+    assert twin_days and twin_held[f"{MODELS}.marketing_audience"] > 0
+    first_days = expected_venue_daily(sandbox.truth(OWNER_KEYS[0]))
+
+    def rename(old: str, new: str) -> None:
+        with psycopg.connect(conninfo, autocommit=True) as connection:
+            connection.execute(f"ALTER SCHEMA {old} RENAME TO {new}")
+
+    rename(TWIN, outside)
+    try:
+        loaded.run(*REFRESH_LOAD_ONLY)  # the first account's guests, loaded after the twin's
+        run = every_account.run("build", extra_env=no_lookback)
+        assert run.returncode == 0, run.output[-3000:]
+        assert rows_per_model(conninfo, TWIN) == {}
+        built = venue_days(conninfo, RAW_SCHEMA)
+        assert {key: built[key] for key in first_days} == first_days
+
+        rename(outside, renamed)
+        run = every_account.run("build", extra_env=no_lookback)
+        assert run.returncode == 0, run.output[-3000:]
+        assert venue_days(conninfo, renamed) == twin_days
+        held = rows_per_model(conninfo, renamed)
+        assert {table: held.get(table) for table in twin_held} == twin_held
+    finally:
+        for old in (outside, renamed):
+            if query(conninfo, "SELECT 1 FROM pg_namespace WHERE nspname = %s", old):
+                rename(old, TWIN)
+
+
 def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_where_it_exists(
     loaded: MeltanoProject, pg_server: Any, e2e_database: str, conninfo: str, tmp_path: Path
 ) -> None:

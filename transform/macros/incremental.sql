@@ -1,7 +1,8 @@
 {#- Incremental staging (docs/transform-incremental.md). A model built this way reads,
     of every account's raw table, only the rows the loader wrote (_sdc_batched_at) or flagged
-    deleted (_sdc_deleted_at: ACTIVATE_VERSION, the source-deletions hook) since its newest row,
-    less guestdata_incremental_lookback_hours, and replaces those keys. Keyed on the loader's
+    deleted (_sdc_deleted_at: ACTIVATE_VERSION, the source-deletions hook) since the account's
+    newest row in the model, less guestdata_incremental_lookback_hours (an account it holds no
+    row of: every row), and replaces those keys. Keyed on the loader's
     times, not on business dates, so every way an old row changes is a new raw row or a new flag
     and is read again: the tap's lookbacks, late arrivals, a reloaded period, the weekly refresh,
     a deletion followed. Erasure updates the models' rows itself (macros/erasure.sql). The
@@ -60,6 +61,7 @@
       unique_key=['source_relation', key],
       on_schema_change='ignore',
       tmp_relation_type='transient',
+      post_hook=["{{ departed_accounts_removed() }}"],
   ) }}
 {% endmacro %}
 
@@ -69,10 +71,28 @@
   (select {{ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)') }} from {{ relation }})
 {%- endmacro %}
 
-{#- A raw row the loader changed since this model's last build (less the lookback). -#}
-{% macro changed_since_last_build(rows) -%}
-  {%- set since = build_watermark(this) -%}
+{#- Each account's watermark in a built model: (source_relation, since), the newest loader time of
+    its rows less the lookback. An account the model holds no row of has none, and is read in
+    full: a schema that becomes visible late (renamed into the pattern, or its account table
+    loaded after the rest) is never behind another account's watermark. -#}
+{% macro account_watermarks(relation) -%}
+  select source_relation, {{ dbt.dateadd('hour', -1 * incremental_lookback_hours(), 'max(loaded_at)') }} as since
+  from {{ relation }}
+  group by source_relation
+{%- endmacro %}
+
+{#- A raw row the loader changed since its account's watermark (`since`: null reads it). -#}
+{% macro changed_since_last_build(rows, since) -%}
   ({{ loaded_since(since, rows ~ '._sdc_batched_at') }} or {{ rows }}._sdc_deleted_at >= {{ since }})
+{%- endmacro %}
+
+{#- An incremental model's post-hook: the rows of an account no longer among the raw schemas
+    (offboarded, or renamed: it comes back under its new name, read in full) leave the model,
+    so its marts and audience go at the next build (docs/transform.md, "Accounts in
+    production"). The table models are rebuilt from these. -#}
+{% macro departed_accounts_removed() -%}
+delete from {{ this }}
+where source_relation not in (select source_relation from {{ ref('stg_guestdata__account') }})
 {%- endmacro %}
 
 {#- When the build that last wrote the row started (dbt's run_started_at, UTC): every incremental
@@ -131,6 +151,7 @@ select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is
       unique_key=key,
       on_schema_change='ignore',
       tmp_relation_type='transient',
+      post_hook=["{{ departed_accounts_removed() }}"],
   ) }}
 {% endmacro %}
 

@@ -14,8 +14,13 @@ from (
             order by raw_rows._sdc_batched_at desc, raw_rows._sdc_sequence desc
         ) as loader_row_rank
     from ({{ union_raw(table) }}) as raw_rows
-    {#- incremental: the keys changed since the last build, a deleted one as a tombstone #}
-    where {{ changed_since_last_build('raw_rows') if changed_only else 'raw_rows._sdc_deleted_at is null' }}
+    {#- incremental: the keys changed since their account's last build, a deleted one as a
+        tombstone #}
+    {%- if changed_only %}
+    left join ({{ account_watermarks(this) }}) as watermarks
+        on watermarks.source_relation = raw_rows.source_relation
+    {%- endif %}
+    where {{ changed_since_last_build('raw_rows', 'watermarks.since') if changed_only else 'raw_rows._sdc_deleted_at is null' }}
 ) as ranked
 {%- if table != 'account' %}
 left join {{ ref('stg_guestdata__account') }} as accounts
