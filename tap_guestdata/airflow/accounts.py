@@ -37,6 +37,7 @@ WHOLE_ACCOUNT = "all"  # the task of an account that loads all its groups in one
 SPLIT_FROM_REQUESTS = 20_000
 DEFAULT_QUEUE = "default"  # Airflow's default queue (no `queue` on the task)
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+CONNECTION_ID = re.compile(r"^[\w.-]{1,250}$")  # Airflow's conn_id characters
 
 # Requests per stream group for the sandbox's accounts (seed 42, 2026-11-23): a first sync
 # (bench/first_sync_cost.py's rules, equal to the real tap's requests on small and medium) and
@@ -67,7 +68,9 @@ class Account:
     """One entry of the accounts configuration."""
 
     name: str  # task group, state id suffix, default schema: [a-z][a-z0-9_]*
-    key_variables: tuple[str, ...]  # names of the Variables / env vars holding its keys
+    # Names of the Variables / env vars holding its keys: the old way, and the fallback while
+    # its connection does not exist.
+    key_variables: tuple[str, ...] = ()
     base_url: str | None = None  # None: the worker's TAP_GUESTDATA_BASE_URL
     groups: tuple[str, ...] = GROUPS
     schedule: str | None = None  # None: the daily DAG's schedule (the account is in it)
@@ -75,6 +78,12 @@ class Account:
     size: str | None = None  # small / medium / large: a weight for spreading the work
     requests: Mapping[str, int] | None = None  # requests per group: a better weight
     split: bool | None = None  # one task per group; None: when the first sync is large
+    connection: str | None = None  # None: guestdata_<name>
+
+    @property
+    def connection_id(self) -> str:
+        """The `guestdata` Airflow connection holding its keys (and maybe its base URL)."""
+        return self.connection or f"guestdata_{self.name}"
 
     @property
     def schema(self) -> str:
@@ -150,6 +159,7 @@ def parse_account(entry: object, index: int) -> Account:
         "size",
         "requests",
         "split",
+        "connection",
     }
     unknown = sorted(set(entry) - known)
     if unknown:
@@ -158,9 +168,17 @@ def parse_account(entry: object, index: int) -> Account:
     if not isinstance(name, str) or not NAME.match(name):
         raise AccountsError(f"accounts[{index}]: name must match {NAME.pattern}, got {name!r}")
     where = f"account {name!r}"
+    # Without `keys` the connection holds them; `keys` given names 1 to 5 Variables.
     keys = _strings(entry.get("keys", []), f"{where}: keys")
-    if not 1 <= len(keys) <= MAX_KEYS_PER_ACCOUNT or len(set(keys)) != len(keys):
+    if "keys" in entry and (
+        not 1 <= len(keys) <= MAX_KEYS_PER_ACCOUNT or len(set(keys)) != len(keys)
+    ):
         raise AccountsError(f"{where}: 1 to {MAX_KEYS_PER_ACCOUNT} distinct key names (spec 5.3)")
+    connection = entry.get("connection")
+    if connection is not None and (
+        not isinstance(connection, str) or not CONNECTION_ID.match(connection)
+    ):
+        raise AccountsError(f"{where}: connection must be an Airflow connection id")
     groups = _strings(entry.get("groups", list(GROUPS)), f"{where}: groups")
     if not groups or set(groups) - set(GROUPS) or len(set(groups)) != len(groups):
         raise AccountsError(f"{where}: groups must be distinct names among {list(GROUPS)}")
@@ -193,6 +211,7 @@ def parse_account(entry: object, index: int) -> Account:
         size=size,
         requests=requests,
         split=split,
+        connection=connection or None,
     )
 
 
@@ -224,6 +243,9 @@ def parse_config(text: str) -> AccountsConfig:
                     f"key {key!r} is listed for {owners[key]!r} and {account.name!r}"
                 )
             owners[key] = account.name
+    connections = [account.connection_id for account in accounts]
+    if len(set(connections)) != len(connections):  # one connection holds one account's keys
+        raise AccountsError(f"accounts: connections must be distinct, got {connections}")
     queues = _strings(document.get("queues", [DEFAULT_QUEUE]), "queues")
     if not queues or len(set(queues)) != len(queues) or not all(NAME.match(q) for q in queues):
         raise AccountsError(f"queues: distinct names matching {NAME.pattern}, got {queues}")

@@ -39,6 +39,9 @@ SETTINGS: dict[str, str] = {
     "schedule": "0 5 * * *",
     "refresh_schedule": "0 3 * * 0",
     "catchup": "false",
+    # A single account's `guestdata` connection; empty: guestdata_default if it exists, else
+    # the Variables of api_key_variables (the old way), else Meltano's own key.
+    "connection_id": "",
     "api_key_variables": "",
     # Ignored: the shared rate budget replaced the cool-down; kept so DAG files that set it
     # still parse.
@@ -162,6 +165,7 @@ class PipelineConfig:
     refresh_schedule: str | None
     catchup: bool
     api_key_variables: tuple[str, ...]
+    connection_id: str | None
     task_shape: str
     rate_budget_store: str
     retries: int
@@ -191,6 +195,7 @@ class PipelineConfig:
             refresh_schedule=schedule(read("refresh_schedule")),
             catchup=read("catchup").lower() in ("1", "true", "yes", "on"),
             api_key_variables=tuple(parse_list(read("api_key_variables"))),
+            connection_id=read("connection_id") or None,
             task_shape=task_shape(read("task_shape")),
             rate_budget_store=read("rate_budget_store"),
             retries=int(read("retries")),

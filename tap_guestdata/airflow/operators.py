@@ -1,13 +1,16 @@
 """The Guest Data operators: a batch of accounts' `meltano run`s from typed arguments.
 
 `GuestDataLoadOperator` loads accounts (`AccountLoad`: the account's Meltano runs, each its
-streams and state id suffix; the names of the Variables holding its keys; its schema and base
-URL), one after the other; an account split by stream group runs its groups side by side.
+streams and state id suffix; the Airflow connection holding its keys, or the names of the
+Variables holding them; its schema and base URL), one after the other; an account split by
+stream group runs its groups side by side.
 `GuestDataModelsOperator` builds the accounts' models the same way. A single account is a batch
 of one; the many-accounts DAGs map a batch per task so no list outgrows `max_map_length`.
 
-- Keys are read on the worker when the task runs (Variable, else the worker's environment),
-  masked, and reach Meltano through its process environment only (`hooks.MeltanoHook`).
+- Keys are read on the worker when the task runs (the account's connection; the old way, its
+  Variables, else the worker's environment: connection.py), masked, and reach Meltano through
+  its process environment only (`hooks.MeltanoHook`).
+- `env`, `blocks`, `full_refresh` and `reloadable` are templated (a run's params can set them).
 - A run with nothing to do (a reload of streams the account does not load) is skipped; a task
   whose accounts were all skipped raises `AirflowSkipException`.
 - A failed account fails the task naming it; the others still run. A task of several accounts
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,8 +29,9 @@ from typing import Any, ClassVar
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Variable
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
-from airflow.sdk.log import mask_secret
 
+from tap_guestdata.airflow.connection import account_credentials
+from tap_guestdata.airflow.connection import api_key as api_key  # its old home: DAGs import it
 from tap_guestdata.airflow.hooks import MeltanoHook
 from tap_guestdata.airflow.reload import Reload, reload_of
 
@@ -55,14 +58,20 @@ class MeltanoRun:
 
 @dataclass(frozen=True)
 class AccountLoad:
-    """What a task needs to load one account (no key in it: the names of its keys)."""
+    """What a task needs to load one account (no key in it: where its keys are)."""
 
     name: str
     runs: tuple[MeltanoRun, ...]
-    key_variables: tuple[str, ...] = ()  # none: the key Meltano's own configuration holds
+    # The Variables (or worker env vars) of its keys: the old way, and the fallback when its
+    # connection does not exist; neither: the key Meltano's own configuration holds.
+    key_variables: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)  # its schema, base URL, dbt paths
     assets: tuple[str, ...] = ()  # `raw_asset` keys published when it loads
     build: bool = True  # its models can be built (every stream group loaded)
+    connection_id: str | None = None  # the `guestdata` connection of its keys (connection.py)
+    # A missing connection is an error unless key_variables stand in; False: Meltano's own key
+    # stands in too (a single account deployed before connections).
+    connection_required: bool = True
 
 
 Resolver = Callable[[str], AccountLoad]
@@ -71,17 +80,11 @@ Resolver = Callable[[str], AccountLoad]
 RESOLVERS: dict[str, Resolver] = {}
 
 
-def api_key(name: str) -> str:
-    """The key in Variable `name`, else env var `name`; masked in logs whatever the name."""
-    try:
-        value = Variable.get(name, default=None)
-    except Exception:  # no API server (a local run): the worker's environment only
-        value = None
-    value = value or os.environ.get(name)
-    if not value:
-        raise ValueError(f"API key {name!r}: no Airflow Variable or environment variable so named")
-    mask_secret(value)
-    return value
+def flag(value: object) -> bool:
+    """A templated boolean: rendered from a template it is a string ("True", "false", "1")."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 class GuestDataAccountsOperator(BaseOperator):
@@ -89,8 +92,9 @@ class GuestDataAccountsOperator(BaseOperator):
 
     ui_color = "#e8f1fa"
     account_verb: ClassVar[str] = "load"
-    # Rendered first thing on the worker: a mapped task's names are resolved there.
-    template_fields = ("accounts",)
+    # Rendered first thing on the worker: a mapped task's names are resolved there; a run's
+    # params can set the rest (`{{ params.... }}`).
+    template_fields: Sequence[str] = ("accounts", "env", "blocks")
 
     def __init__(
         self,
@@ -108,7 +112,8 @@ class GuestDataAccountsOperator(BaseOperator):
         self.project_root = project_root
         self.meltano_bin = meltano_bin
         self.environment = environment
-        self.blocks = list(blocks)
+        # A string is one template (split into blocks once rendered, in execute).
+        self.blocks: list[str] | str = blocks if isinstance(blocks, str) else list(blocks)
         self.env = dict(env or {})
         self.hook: MeltanoHook | None = None
 
@@ -127,6 +132,8 @@ class GuestDataAccountsOperator(BaseOperator):
             raise AirflowException(f"account {account!r}: unknown to DAG {self.dag_id}") from None
 
     def execute(self, context: Any) -> list[str]:
+        if isinstance(self.blocks, str):  # rendered from one template: space-separated
+            self.blocks = self.blocks.split()
         accounts = [self.resolve(account) for account in self.accounts]
         self.hook = MeltanoHook(self.project_root, self.meltano_bin, self.environment)
         record = DoneRecord(context, len(accounts) > 1, self.retries or 0)
@@ -186,22 +193,38 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
             days of the run's data interval under a state id of its own (reload.py).
         blocks: the tap, the loader, and blocks after it (`guestdata-pg-types:timestamptz`).
         env: more environment for every run (the rate budget's store and address).
+    `full_refresh`, `reloadable`, `blocks` and `env` are templated: `"{{ params.full }}"`.
     """
 
-    def __init__(self, *, full_refresh: bool = False, reloadable: bool = True, **kwargs: Any):
+    template_fields: Sequence[str] = (
+        *GuestDataAccountsOperator.template_fields,
+        "full_refresh",
+        "reloadable",
+    )
+
+    def __init__(
+        self, *, full_refresh: bool | str = False, reloadable: bool | str = True, **kwargs: Any
+    ):
         kwargs.setdefault("outlets", [RAW_ALIAS])
         super().__init__(**kwargs)
         self.full_refresh = full_refresh
         self.reloadable = reloadable
 
     def run_account(self, account: AccountLoad, context: Any) -> str:
-        keys = [api_key(name) for name in account.key_variables]
+        credentials = account_credentials(
+            account.connection_id, account.key_variables, required=account.connection_required
+        )
         env = {}
-        if keys:
-            env["TAP_GUESTDATA_API_KEYS"] = json.dumps(keys)
+        if credentials is not None:
+            self.log.info(
+                "%s: %d key(s) from %s", account.name, len(credentials.keys), credentials.source
+            )
+            env["TAP_GUESTDATA_API_KEYS"] = json.dumps(list(credentials.keys))
             # The tap adds api_key to api_keys: one of these, so no key configured for the
             # project or the worker (another account's) joins them.
-            env["TAP_GUESTDATA_API_KEY"] = keys[0]
+            env["TAP_GUESTDATA_API_KEY"] = credentials.keys[0]
+            if credentials.base_url:  # the connection's host: over the account's base_url
+                env["TAP_GUESTDATA_BASE_URL"] = credentials.base_url
         retry = int(context["ti"].try_number) > 1
 
         def one(run: MeltanoRun) -> str:
@@ -225,9 +248,9 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
         *,
         retry: bool,
     ) -> str:
-        streams, suffix, full_refresh = run.streams, run.state_id_suffix, self.full_refresh
+        streams, suffix, full_refresh = run.streams, run.state_id_suffix, flag(self.full_refresh)
         run_env = dict(env)
-        reload = self.reload(context, run.streams) if self.reloadable else None
+        reload = self.reload(context, run.streams) if flag(self.reloadable) else None
         if reload is not None:
             if not reload.streams:
                 self.log.info(

@@ -20,6 +20,7 @@ from tap_guestdata.airflow.accounts import (
     plan_tasks,
 )
 from tap_guestdata.airflow.config import PipelineConfig
+from tap_guestdata.airflow.connection import DEFAULT_CONN_ID
 from tap_guestdata.airflow.operators import AccountLoad, MeltanoRun
 from tap_guestdata.run.catalog import GROUPS, refreshed_weekly, streams_of_group
 
@@ -123,6 +124,9 @@ class AccountsPlan:
             key_variables=account.key_variables,
             env=self.env_of(account),
             assets=assets,
+            connection_id=account.connection_id,
+            # A single account named no connection: Meltano's own key may still be the one.
+            connection_required=not self.single or self.config.connection_id is not None,
         )
 
     @property
@@ -175,11 +179,13 @@ def schedule_key(schedule: str | None) -> str | None:
 
 
 def single_account(config: PipelineConfig) -> AccountsConfig:
-    """A deployment without accounts: one account with the configured keys (none: Meltano's
-    own), its groups as tasks of their own with `task_shape=groups`, on the configured queue."""
+    """A deployment without accounts: one account with the configured connection (default
+    `guestdata_default`) or keys (none: Meltano's own), its groups as tasks of their own with
+    `task_shape=groups`, on the configured queue."""
     account = Account(
         name=SINGLE_ACCOUNT,
         key_variables=config.api_key_variables,
         split=config.task_shape == "groups",
+        connection=config.connection_id or DEFAULT_CONN_ID,
     )
     return AccountsConfig((account,), (config.queue or DEFAULT_QUEUE,))

@@ -201,6 +201,9 @@ def test_a_single_account_is_a_plan_of_one_loaded_in_one_meltano_run(
         "env": {},
         "assets": GROUPS,
         "build": True,
+        # Its connection if it exists, else Meltano's own key (no connection_id setting).
+        "connection_id": "guestdata_default",
+        "connection_required": False,
     }
 
 
@@ -331,7 +334,16 @@ def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
     assert task["operator"] == "tap_guestdata.airflow.operators.GuestDataModelsOperator"
     assert task["blocks"] == ["dbt-postgres:build"]
     assert task["accounts"] == [
-        {"name": SINGLE, "runs": [], "key_variables": [], "env": {}, "assets": [], "build": True}
+        {
+            "name": SINGLE,
+            "runs": [],
+            "key_variables": [],
+            "env": {},
+            "assets": [],
+            "build": True,
+            "connection_id": None,  # the build reads no key
+            "connection_required": True,
+        }
     ]
     assert task["pool"] == "default_pool", "no API calls: not in the queue's pool"
     assert task["outlets"] == ["guestdata_models"]
@@ -399,6 +411,8 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
                 },
                 "assets": [],
                 "build": True,  # harbour and quay load every group
+                "connection_id": None,  # the build reads no key
+                "connection_required": True,
             }
         ]
     # northgate's own DAG loads rewards alone; its run still builds every account's models
@@ -422,6 +436,7 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
             entry = next(a for a in ACCOUNTS["accounts"] if a["name"] == name)
             work = planned["load"]
             assert work["key_variables"] == entry["keys"], "every key of its account"
+            assert work["connection_id"] == f"guestdata_{name}", "its connection, by default"
             assert work["assets"] == [name], "its account's asset"
             schema = entry.get("target_schema", f"guestdata_{name}")
             base_url = {"TAP_GUESTDATA_BASE_URL": entry["base_url"]} if "base_url" in entry else {}

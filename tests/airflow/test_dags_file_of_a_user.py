@@ -207,10 +207,12 @@ def test_a_dag_written_by_hand_with_the_operator_is_what_the_docs_say(
                     "state_id_suffix": "harbour-core",
                 }
             ],
-            "key_variables": ["harbour_key_1", "harbour_key_2"],
+            "key_variables": [],
             "env": {"TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA": "guestdata_harbour"},
             "assets": ["harbour"],
             "build": True,
+            "connection_id": "guestdata_harbour",
+            "connection_required": True,
         }
     ]
     assert load["outlets"] == ["guestdata_raw"], "its account's asset, through the alias"
