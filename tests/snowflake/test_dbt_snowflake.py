@@ -298,7 +298,8 @@ def test_an_account_seen_late_is_read_in_full_and_an_offboarded_one_leaves_under
 ) -> None:
     """A copy of the account in a schema of its own, first seen by a build after the first one
     (lookback 0 h): its own watermark reads it in full, every model holding what the first
-    account's holds. Its schema dropped (offboarded): the next build leaves none of its rows."""
+    account's holds. Its schema dropped (offboarded): the next build leaves none of its rows.
+    `dbt run`: the rows are the point here; the tests' nodes are the whole build's (above)."""
     second = "GUESTDATA_SECOND"
     every_account = {
         "GUESTDATA_RAW_SCHEMAS": "GUESTDATA%",
@@ -315,11 +316,11 @@ def test_an_account_seen_late_is_read_in_full_and_an_offboarded_one_leaves_under
                 for table in tables
             ),
         )
-        built.invoke_dbt("build", **every_account)
+        built.invoke_dbt("run", **every_account)
         first = rows_per_model(built, "guestdata")
         assert first and rows_per_model(built, second.lower()) == first
         built.warehouse.query(f"DROP SCHEMA {second} CASCADE")
-        built.invoke_dbt("build", **every_account)
+        built.invoke_dbt("run", **every_account)
         assert rows_per_model(built, second.lower()) == {}
         assert rows_per_model(built, "guestdata") == first
     finally:
