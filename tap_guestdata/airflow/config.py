@@ -120,6 +120,13 @@ def settings_reader(given: Mapping[str, object], variable: str | None = None) ->
     return read
 
 
+def flag(value: object) -> bool:
+    """A boolean setting, or a templated one: as text ("True", "false", "1") when rendered."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
 def parse_list(value: str) -> list[str]:
     if value.startswith("["):
         return [str(item).strip() for item in json.loads(value) if str(item).strip()]
@@ -193,7 +200,7 @@ class PipelineConfig:
             transform=transform_blocks(read("meltano_transform"), target),
             schedule=schedule(read("schedule")),
             refresh_schedule=schedule(read("refresh_schedule")),
-            catchup=read("catchup").lower() in ("1", "true", "yes", "on"),
+            catchup=flag(read("catchup")),
             api_key_variables=tuple(parse_list(read("api_key_variables"))),
             connection_id=read("connection_id") or None,
             task_shape=task_shape(read("task_shape")),

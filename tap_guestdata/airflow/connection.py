@@ -40,11 +40,6 @@ LIGHTEST_PATH = "/me"  # spec 4.1: one small object, readable by any valid key (
 TEST_TIMEOUT_SECONDS = 30.0
 
 
-def default_connection_id(account: str) -> str:
-    """An account's connection unless its accounts entry names one: `guestdata_<name>`."""
-    return f"guestdata_{account}"
-
-
 class CredentialsError(AirflowException):
     """An account's keys could not be had; the message says which and why, never a key."""
 

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Variable
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
+from tap_guestdata.airflow.config import flag
 from tap_guestdata.airflow.connection import account_credentials
 from tap_guestdata.airflow.connection import api_key as api_key  # its old home: DAGs import it
 from tap_guestdata.airflow.hooks import MeltanoHook
@@ -78,13 +79,6 @@ Resolver = Callable[[str], AccountLoad]
 # The factory's accounts by name, per `<DAG id>:<load|build>`: a mapped task's names come from
 # its plan task (XCom), and the DAG file the worker just parsed knows each account's details.
 RESOLVERS: dict[str, Resolver] = {}
-
-
-def flag(value: object) -> bool:
-    """A templated boolean: rendered from a template it is a string ("True", "false", "1")."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
 
 
 class GuestDataAccountsOperator(BaseOperator):

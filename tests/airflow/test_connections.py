@@ -24,6 +24,7 @@ from dag_testing import airflow_env
 from guestdata_sandbox.accounts import OWNER_KEYS, REVOKED_KEY
 from guestdata_sandbox.testing import SandboxProcess
 from tap_guestdata.airflow.accounts import AccountsError, parse_config
+from tap_guestdata.airflow.config import flag
 from tap_guestdata.airflow.connection import (
     ConnectionNotFound,
     KeyVariableNotFound,
@@ -36,7 +37,6 @@ from tap_guestdata.airflow.operators import (
     GuestDataLoadOperator,
     GuestDataModelsOperator,
     MeltanoRun,
-    flag,
 )
 
 pytestmark = pytest.mark.airflow
