@@ -6,13 +6,12 @@ The PostgreSQL and Meltano fixtures of the suites that run the Meltano project (
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
-from support.sandbox import OWNER_KEY, module_sandbox_as_of
+from support.sandbox import OWNER_KEY, module_sandbox_as_of, this_instant
 
 pytest_plugins = ["support.pipeline", "support.release", "support.cpu_report"]
 
@@ -39,7 +38,7 @@ def module_sandbox() -> Iterator[SandboxProcess]:
     that passes between a load and the truth it is checked against changes neither (a reward
     read as issued by the load and as expired by a later truth failed CI). Mutations stamp the
     real clock, after every run before them (support/sandbox.py, module_sandbox_as_of)."""
-    with module_sandbox_as_of(dt.datetime.now(dt.timezone.utc).replace(microsecond=0)) as server:
+    with module_sandbox_as_of(this_instant()) as server:
         yield server
 
 

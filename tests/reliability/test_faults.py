@@ -21,7 +21,7 @@ from support.reliability import (
     reliability_config,
     run,
 )
-from support.sandbox import OWNER_KEY, last_seq
+from support.sandbox import OWNER_KEY, last_seq, this_instant
 
 TIMEOUT_SECONDS = 1  # request_timeout_seconds for these tests: a `slow` fault outlasts it
 SLOW_SECONDS = 2.5
@@ -40,8 +40,9 @@ FAULTS: dict[str, tuple[dict[str, Any], set[int], tuple[str, ...]]] = {
 @pytest.fixture(scope="module")
 def fault_sandbox() -> Iterator[SandboxProcess]:
     """One sandbox for this module: faults are consumed by the run that meets them and the data
-    is never mutated here; every test starts from a cleared fault queue."""
-    with SandboxProcess(size="small", seed=11, limits=False) as server:
+    is never mutated here (so it is read as of its start); every test starts from a cleared
+    fault queue."""
+    with SandboxProcess(size="small", seed=11, limits=False, as_of=this_instant()) as server:
         yield server
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from guestdata_sandbox.testing import SandboxProcess
 from support.kill_resume import KILL_POINTS, STREAM_SIZES, measure
+from support.sandbox import this_instant
 
 KILL_POINTS_OF = {"redemptions": [0.6]}  # see above
 MAX_RATIO = 1.10
@@ -27,7 +28,9 @@ def sandboxes() -> Iterator[dict[str, SandboxProcess]]:
     started: dict[str, SandboxProcess] = {}
     try:
         for size in sorted(set(STREAM_SIZES.values())):
-            started[size] = SandboxProcess(size=size, seed=42, limits=False).start()
+            started[size] = SandboxProcess(
+                size=size, seed=42, limits=False, as_of=this_instant()
+            ).start()
         yield started
     finally:
         for server in started.values():

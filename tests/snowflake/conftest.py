@@ -23,7 +23,6 @@ on the same databases.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import shutil
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ import pytest
 
 import demo_pipeline
 from guestdata_sandbox.testing import SandboxProcess
-from support.sandbox import module_sandbox_as_of
+from support.sandbox import module_sandbox_as_of, this_instant
 from support.snowflake_pipeline import (
     DBT_BUILD,
     DBT_UTILITY,
@@ -61,7 +60,7 @@ def fakesnow_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def data_instant() -> str:
     """The instant every Snowflake sandbox serves its data as of (`SandboxProcess(as_of=)`):
     the session's start, to the second."""
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+    return this_instant().isoformat()
 
 
 @pytest.fixture(scope="session")

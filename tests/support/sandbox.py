@@ -16,6 +16,14 @@ OWNER_KEY = OWNER_KEYS[0]
 FAST: dict[str, Any] = {"requests_per_minute": 100_000}
 
 
+def this_instant() -> dt.datetime:
+    """Now, to the second: the `as_of` of a sandbox whose rows are checked against its truth
+    after a run. Read at its start, a reward that expires or a London midnight that passes
+    between the run and the truth changes neither (a reward read as issued by a run and as
+    expired by the later truth failed CI twice)."""
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+
+
 def module_sandbox_as_of(instant: dt.datetime | str) -> SandboxProcess:
     """The sandbox a module's tests pick their rows from and may mutate, in order, serving its
     data as of `instant` (`SandboxProcess(as_of=)`). GUESTDATA_TEST_SANDBOX_ANCHOR=YYYY-MM-DD
