@@ -30,22 +30,20 @@ from zoneinfo import ZoneInfo
 import harness
 from harness import OWNER_KEYS
 from request_count import bucket, pages
-from tap_guestdata.run.settings import SETTINGS_SCHEMA
 
 LONDON = ZoneInfo("Europe/London")
 PER_KEY_PER_MINUTE = 120  # spec 8
 PER_ADDRESS_PER_MINUTE = 600  # spec 8
 KEY_COUNTS = (1, 5)  # spec 5.3: at most 5 keys
-REDEMPTIONS_LOOKBACK_DAYS = SETTINGS_SCHEMA["properties"]["redemptions_lookback_days"]["default"]
 RULES = """\
 first sync, no state (p(n) = max(1, ceil(n / 200)), spec 4.3); D = start_date's London day,
 H = stats_history_days, T = today (London):
   account 1; venues 1; programme + programme_venues + tiers 1; members p(all members);
   offers p(not archived) + p(archived); offer_stats 1 per offer
   guests p(guests visited on London days >= D)        (/guests from/to are London dates)
-  member_ledger sum over members of p(their lines created >= D's start)   (one request each)
-  rewards p(issued >= D's start); redemptions p(created >= the start of D - L), where
-  L = redemptions_lookback_days (default 30): the tap applies it to start_date on a first run
+  member_ledger sum over members of p(all their lines)   (one request each; read whole)
+  rewards p(issued >= D's start - V), V = the longest offer validity (valid_days_after_issue):
+  every reward a redemption from D can be of; redemptions p(created >= D's start)
   daily_stats 1 per venue per day from max(venue's first day, D, T - H + 1) to T
   daily_account_stats 1 per day from max(first venue's first day, D, T - H + 1) to T"""
 
@@ -64,10 +62,10 @@ def scenarios(today: dt.date, start_days: int, history_days: int) -> list[Scenar
         Scenario(
             f"start_date = {start_days} days ago",
             {"start_date": start_date},
-            "guests, ledger lines, rewards, redemptions and daily statistics from before that "
-            "day, for good (later runs start from the bookmarks; only a run without state and "
-            "with an earlier start_date loads them); members, balances, tiers and offers stay "
-            "complete",
+            "guests, redemptions and daily statistics from before that day, and rewards "
+            "issued more than the longest offer validity before it, for good (later runs start "
+            "from the bookmarks; only a run without state and with an earlier start_date loads "
+            "them); members with their whole ledgers, balances, tiers and offers stay complete",
         ),
         Scenario(
             f"stats_history_days = {history_days}",
@@ -115,6 +113,7 @@ class AccountShape:
     redemptions: list[dt.datetime]
     offers_archived: int
     offers_other: int
+    longest_validity: int  # days: the longest valid_days_after_issue of any offer
 
     @classmethod
     def read(cls, server: Any, key: str) -> AccountShape:
@@ -136,16 +135,15 @@ class AccountShape:
             redemptions=[instant(row["created_at"]) for row in rows("redemptions")],
             offers_archived=archived,
             offers_other=len(offers) - archived,
+            longest_validity=max(row["valid_days_after_issue"] for row in offers),
         )
 
     def first_sync(self, settings: Mapping[str, Any], today: dt.date) -> dict[str, int]:
         """Requests per endpoint bucket (request_count.bucket's names) by RULES."""
         start = dt.date.fromisoformat(settings.get("start_date") or dt.date.min.isoformat())
         since = day_start(start) if start > dt.date.min else None
-        lookback = dt.timedelta(
-            days=settings.get("redemptions_lookback_days", REDEMPTIONS_LOOKBACK_DAYS)
-        )
-        redemptions_since = None if since is None else since - lookback
+        validity = dt.timedelta(days=self.longest_validity)
+        rewards_since = None if since is None else since.astimezone(dt.timezone.utc) - validity
         history = settings.get("stats_history_days")
         stats_first = today - dt.timedelta(days=history - 1) if history else dt.date.min
 
@@ -160,9 +158,9 @@ class AccountShape:
             "offer_stats": self.offers_other + self.offers_archived,
             "guests": pages(sum(1 for day in self.guest_days if day >= start)),
             "members": pages(self.members),
-            "member_ledger": sum(pages(after(lines)) for lines in self.ledger_lines.values()),
-            "rewards": pages(after(self.rewards)),
-            "redemptions": pages(after(self.redemptions, redemptions_since)),
+            "member_ledger": sum(pages(len(lines)) for lines in self.ledger_lines.values()),
+            "rewards": pages(after(self.rewards, rewards_since)),
+            "redemptions": pages(after(self.redemptions)),
             "daily_stats": sum(
                 days_from(max(first, start, stats_first), today) for first in self.venue_days
             ),

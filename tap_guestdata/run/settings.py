@@ -51,7 +51,10 @@ SETTINGS_SCHEMA: dict[str, Any] = th.PropertiesList(
         th.StringType,
         description="Earliest data for time-windowed streams on a first run: YYYY-MM-DD (a "
         "Europe/London day) or an ISO 8601 instant with offset; not in the future. A lookback "
-        "re-reads days before a bookmark, never before start_date.",
+        "re-reads days before a bookmark, never before start_date. Two streams reach further, "
+        "so that what is read adds up: member_ledger is read whole (a balance is the sum of "
+        "its ledger), and rewards from the longest offer validity before start_date (every "
+        "reward a redemption from start_date can be of).",
     ),
     th.Property(
         "end_date",

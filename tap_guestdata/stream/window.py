@@ -61,7 +61,7 @@ class WindowPolicy(Part):
 
 class ListingWindow(WindowPolicy):
     """A list request bounded by `since`/`until` parameters: from the bookmark (less the
-    lookback, never before start_date) to the run's window end or a resumed read's point."""
+    lookback, never before `earliest`) to the run's window end or a resumed read's point."""
 
     windowed = True
 
@@ -87,7 +87,7 @@ class ListingWindow(WindowPolicy):
                 self.start(context),
                 self.until(context),
                 self.lookback_days(),
-                start_date=self.host.runtime.settings.start_date,
+                start_date=self.earliest(),
             )
         return self._params[key]
 
@@ -97,22 +97,36 @@ class ListingWindow(WindowPolicy):
         return self.host.resume.window_until(context, self.host.runtime.window_end)
 
     def start(self, context: Context | None) -> str | None:
-        """The previous run's bookmark, or start_date on a first run, whichever is later."""
+        """The previous run's bookmark, or `earliest` on a first run, whichever is later."""
         previous = bookmark(self.host, context)
-        start_date = self.host.runtime.settings.start_date
-        if previous and start_date:
-            return max(previous, start_date, key=time_rules.parse_boundary)
-        return previous or start_date
+        earliest = self.earliest()
+        if previous and earliest:
+            return max(previous, earliest, key=time_rules.parse_boundary)
+        return previous or earliest
+
+    def earliest(self) -> str | None:
+        """The earliest instant any run reads, a lookback included: start_date."""
+        return self.host.runtime.settings.start_date
 
     def lookback_days(self) -> int:
         setting = self.shape.lookback_setting
         return int(getattr(self.host.runtime.settings, setting) or 0) if setting else 0
 
 
+class WholeHistoryWindow(ListingWindow):
+    """A listing start_date does not cut: a first run reads from the first row, later runs
+    from the bookmark (a member's ledger, whose sum is the member's balance, spec 2.9)."""
+
+    def earliest(self) -> str | None:
+        return None
+
+
 class OpenRowsWindow(ListingWindow):
     """A listing whose rows change while open (rewards, spec 3): the next run starts at the
     oldest row still open at the last read (kept in state under `oldest_open_key`); without
-    one (state from an older version), a lookback of `fallback_lookback(host)` days."""
+    one (state from an older version), a lookback of `longest_open(host)` days, the longest a
+    row stays open. It reaches back before start_date by as much: a row open at start_date
+    can change inside the window (a reward issued before it, redeemed after it)."""
 
     def __init__(
         self,
@@ -121,11 +135,18 @@ class OpenRowsWindow(ListingWindow):
         *,
         lookback_setting: str,
         oldest_open_key: str,
-        fallback_lookback: Callable[[Any], int],
+        longest_open: Callable[[Any], int],
     ) -> None:
         super().__init__(since, until, lookback_setting=lookback_setting)
         self.oldest_open_key = oldest_open_key
-        self.fallback_lookback = fallback_lookback
+        self.longest_open = longest_open
+
+    def earliest(self) -> str | None:
+        start_date = super().earliest()
+        if start_date is None:
+            return None
+        days = dt.timedelta(days=self.longest_open(self.host))
+        return (time_rules.parse_boundary(start_date) - days).isoformat()
 
     def start(self, context: Context | None) -> str | None:
         start = super().start(context)
@@ -149,7 +170,7 @@ class OpenRowsWindow(ListingWindow):
             return days
         if bookmark(self.host, None) is None or not self.fixed_lookback():
             return 0  # a first run reads everything; else the oldest open row bounds it
-        return self.fallback_lookback(self.host)
+        return self.longest_open(self.host)
 
 
 class DayByDayWindow(ListingWindow):

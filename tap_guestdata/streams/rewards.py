@@ -23,6 +23,7 @@ from tap_guestdata.stream.window import (
     ListingWindow,
     OpenRowsWindow,
     UpdatedSinceWindow,
+    WholeHistoryWindow,
     bookmark,
 )
 
@@ -230,7 +231,7 @@ class MemberLedger(RewardsStream):
     newest_first = True
     prefetched_by_parent = True
     skip_missing_partition = True
-    window = ListingWindow(since="since", until="until")
+    window = WholeHistoryWindow(since="since", until="until")  # spec 2.9: balance = sum
     resume = WalkedLedgerResume(walk=member_walk)
 
     def planned_requests(self) -> StreamPlan:
@@ -274,7 +275,7 @@ class Rewards(RewardsStream):
         until="until",
         lookback_setting="rewards_lookback_days",
         oldest_open_key=OLDEST_OPEN_KEY,
-        fallback_lookback=longest_offer_validity,
+        longest_open=longest_offer_validity,
     )
     resume = ListingResume(open_row=open_reward, oldest_open_key=OLDEST_OPEN_KEY)
 

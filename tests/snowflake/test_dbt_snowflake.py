@@ -31,12 +31,18 @@ from support.dbt import (
     expected_rewards,
     expected_venue_daily,
 )
-from support.snowflake_pipeline import SnowflakePipeline
+from support.snowflake_pipeline import (
+    MODELS,
+    SnowflakePipeline,
+    built_members,
+    built_offers,
+    built_rewards,
+    mart_rows,
+)
 from support.streams import truth_today
 
 pytestmark = pytest.mark.snowflake
 
-MODELS = "GUESTDATA_ANALYTICS"  # <default_target_schema>_ANALYTICS (transform/profiles.yml)
 # macro -> (its Snowflake form, its PostgreSQL form) as they appear in compiled SQL.
 DISPATCHED = {
     "london_date": (r"convert_timezone\('Europe/London', ", r"at time zone"),
@@ -56,11 +62,6 @@ def compiled_models(dbt_target: Path) -> dict[str, str]:
     return {path.stem: path.read_text() for path in folder.rglob("*.sql")}
 
 
-def rows(pipeline: SnowflakePipeline, statement: str) -> list[dict[str, Any]]:
-    (result,) = pipeline.warehouse.query(statement)
-    return result
-
-
 def test_the_job_builds_every_model_and_passes_every_test_under_fakesnow(
     built: SnowflakePipeline, dbt_target: Path
 ) -> None:
@@ -71,7 +72,7 @@ def test_the_job_builds_every_model_and_passes_every_test_under_fakesnow(
         for statement in built.statements()
     )
     for mart in MARTS:
-        assert rows(built, f"SELECT count(*) AS n FROM {MODELS}.{mart}")[0]["N"] > 0, mart
+        assert mart_rows(built, f"SELECT count(*) AS n FROM {MODELS}.{mart}")[0]["N"] > 0, mart
 
 
 def test_every_dispatched_macro_compiles_to_its_snowflake_form(
@@ -99,7 +100,7 @@ def test_fct_venue_daily_equals_the_ground_truth_per_venue_and_london_day(
     truth = module_truth()
     expected = expected_venue_daily(truth)
     today = truth_today(truth)  # as_of_the_truth
-    built_rows = rows(
+    built_rows = mart_rows(
         built,
         "SELECT venue_id, date, visits, unique_guests, marketing_opt_ins, api_visits "
         f"FROM {MODELS}.fct_venue_daily WHERE date <= '{today}'",
@@ -121,7 +122,7 @@ def test_marketing_audience_holds_exactly_the_people_the_truth_allows(
 ) -> None:
     expected = expected_audience(module_truth())
     allowed, visits = expected.allowed, expected.visits
-    audience = rows(
+    audience = mart_rows(
         built, f"SELECT contact_key, visits, venue_ids FROM {MODELS}.marketing_audience"
     )
     assert {row["CONTACT_KEY"] for row in audience} == allowed
@@ -137,36 +138,11 @@ def test_members_rewards_and_offers_equal_the_ground_truth(
     built: SnowflakePipeline, module_truth: Callable[[], dict[str, Any]]
 ) -> None:
     truth = module_truth()
-    members = rows(
-        built,
-        "SELECT member_id, member_status, tier_key, points_balance, ledger_points_sum, "
-        f"balance_matches_ledger FROM {MODELS}.dim_members",
-    )
-    assert {
-        row["MEMBER_ID"]: (
-            row["MEMBER_STATUS"],
-            row["TIER_KEY"],
-            row["POINTS_BALANCE"],
-            row["LEDGER_POINTS_SUM"],
-            row["BALANCE_MATCHES_LEDGER"],
-        )
-        for row in members
-    } == expected_members(truth)
-
-    rewards = rows(
-        built,
-        f"SELECT reward_id, status_as_read, redemption_id, seconds_to_redeem "
-        f"FROM {MODELS}.fct_rewards",
-    )
-    assert {
-        row["REWARD_ID"]: (row["STATUS_AS_READ"], row["REDEMPTION_ID"]) for row in rewards
-    } == expected_rewards(truth)
-
-    funnel = ", ".join(OFFER_FUNNEL)
-    offers = rows(built, f"SELECT offer_id, {funnel} FROM {MODELS}.fct_offer_performance")
-    assert {
-        row["OFFER_ID"]: tuple(row[name.upper()] for name in OFFER_FUNNEL) for row in offers
-    } == expected_offer_funnel(truth)
+    assert built_members(built) == expected_members(truth)
+    assert built_rewards(built) == expected_rewards(truth)
+    assert built_offers(built, OFFER_FUNNEL) == expected_offer_funnel(truth)
+    whole = built_offers(built, ["has_whole_funnel"])
+    assert all(row == (True,) for row in whole.values()), "the whole history was read"
 
 
 def test_json_array_and_interval_helpers_give_the_truths_values(
@@ -174,7 +150,7 @@ def test_json_array_and_interval_helpers_give_the_truths_values(
 ) -> None:
     truth = module_truth()
     programme = truth["programme"]
-    (staged,) = rows(
+    (staged,) = mart_rows(
         built,
         "SELECT brand_programme_name, service_opens, service_closes "
         f"FROM {MODELS}_STAGING.stg_guestdata__programme",
@@ -193,7 +169,7 @@ def test_json_array_and_interval_helpers_give_the_truths_values(
     ]
     assert staged["BRAND_PROGRAMME_NAME"] == json.dumps(programme["brand"]["programme_name"])
 
-    offers = rows(
+    offers = mart_rows(
         built,
         "SELECT offer_id, valid_venue_count, channel_count "
         f"FROM {MODELS}_STAGING.stg_guestdata__offers",
@@ -223,7 +199,7 @@ def test_json_array_and_interval_helpers_give_the_truths_values(
         else None
         for reward in truth["rewards"]
     }
-    seconds = rows(built, f"SELECT reward_id, seconds_to_redeem FROM {MODELS}.fct_rewards")
+    seconds = mart_rows(built, f"SELECT reward_id, seconds_to_redeem FROM {MODELS}.fct_rewards")
     assert {row["REWARD_ID"]: row["SECONDS_TO_REDEEM"] for row in seconds} == expected_seconds
     assert any(value for value in expected_seconds.values())
 
@@ -254,7 +230,7 @@ def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_under_fakesno
             GUESTDATA_RAW_SCHEMAS="GUESTDATA_TYPED%",
             GUESTDATA_DBT_SCHEMA=models,
         )
-        venues = rows(
+        venues = mart_rows(
             built,
             "SELECT lower(source_relation) AS relation, count(venue_id) AS venues, count(*) AS n"
             f" FROM {models}_STAGING.stg_guestdata__guests GROUP BY 1 ORDER BY 1",

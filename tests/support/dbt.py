@@ -319,6 +319,68 @@ def expected_offer_funnel(truth: dict[str, Any]) -> dict[int, tuple]:
     }
 
 
+def instant(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a first run with `start_date` reads of the truth, and so what the marts hold
+    (docs/tap.md, "What a start_date reads"): guests, daily statistics and redemptions from
+    start_date; members and their ledgers whole; rewards from the longest offer validity
+    before start_date, in days of 24 hours."""
+
+    start_date: dt.date
+
+    @property
+    def start(self) -> dt.datetime:
+        return dt.datetime.combine(self.start_date, dt.time(), LONDON).astimezone(dt.timezone.utc)
+
+    def rewards_from(self, truth: dict[str, Any]) -> dt.datetime:
+        longest = max(offer["valid_days_after_issue"] for offer in truth["offers"])
+        return self.start - dt.timedelta(days=longest)
+
+    def read(self, truth: dict[str, Any]) -> dict[str, Any]:
+        """The truth's rows the window reads, stream by stream."""
+        rewards_from = self.rewards_from(truth)
+        day = self.start_date.isoformat()
+        return {
+            **truth,
+            "guests": [row for row in truth["guests"] if instant(row["visited_at"]) >= self.start],
+            "daily_stats": [row for row in truth["daily_stats"] if row["date"] >= day],
+            "rewards": [
+                row for row in truth["rewards"] if instant(row["issued_at"]) >= rewards_from
+            ],
+            "redemptions": [
+                row for row in truth["redemptions"] if instant(row["created_at"]) >= self.start
+            ],
+        }
+
+    def funnel(self, truth: dict[str, Any]) -> dict[int, tuple]:
+        """offer_id -> the OFFER_FUNNEL counts of the rows the window reads, by
+        fct_offer_performance's rules (an offer older than the window: not its whole life)."""
+        read = self.read(truth)
+        counts = {offer["id"]: dict.fromkeys(OFFER_FUNNEL, 0) for offer in truth["offers"]}
+        for reward in read["rewards"]:
+            funnel = counts[reward["offer_id"]]
+            funnel["issued"] += 1
+            funnel["outstanding"] += reward["status"] == "issued"
+            funnel["expired"] += reward["status"] == "expired"
+            funnel["claimed"] += reward["issued_via"] == "points"
+        for redemption in read["redemptions"]:
+            status = "redeemed" if redemption["status"] == "completed" else "voided"
+            counts[redemption["offer_id"]][status] += 1
+        return {
+            offer: tuple(funnel[name] for name in OFFER_FUNNEL) for offer, funnel in counts.items()
+        }
+
+    def whole_funnels(self, truth: dict[str, Any]) -> dict[int, bool]:
+        """offer_id -> has_whole_funnel: created inside the window."""
+        return {
+            offer["id"]: instant(offer["created_at"]) >= self.start for offer in truth["offers"]
+        }
+
+
 # ------------------------------------------------------------------ erasure on request
 # One reading of the erase command's output for the PostgreSQL and the Snowflake tests.
 

@@ -167,3 +167,66 @@ class SnowflakePipeline:
             return []
         lines = self.statement_log.read_text().splitlines()
         return [json.loads(line)["statement"] for line in lines]
+
+
+# ------------------------------------------------------------------ the marts, as support.dbt's
+# expected_* shape them (the Snowflake tests compare them with the truth)
+
+MODELS = "GUESTDATA_ANALYTICS"  # <default_target_schema>_ANALYTICS (transform/profiles.yml)
+
+
+def mart_rows(pipeline: SnowflakePipeline, statement: str) -> list[dict[str, Any]]:
+    (result,) = pipeline.warehouse.query(statement)
+    return result
+
+
+def built_venue_days(pipeline: SnowflakePipeline, until: str) -> dict[tuple[int, str], tuple]:
+    """(venue_id, London date) -> visits, unique guests, opt-ins, for days up to `until`."""
+    rows = mart_rows(
+        pipeline,
+        "SELECT venue_id, date, visits, unique_guests, marketing_opt_ins "
+        f"FROM {MODELS}.fct_venue_daily WHERE date <= '{until}'",
+    )
+    return {
+        (row["VENUE_ID"], row["DATE"].isoformat()): (
+            row["VISITS"],
+            row["UNIQUE_GUESTS"],
+            row["MARKETING_OPT_INS"],
+        )
+        for row in rows
+    }
+
+
+def built_members(pipeline: SnowflakePipeline) -> dict[int, tuple]:
+    """member_id -> status, tier, balance, ledger sum, balance matches ledger."""
+    rows = mart_rows(
+        pipeline,
+        "SELECT member_id, member_status, tier_key, points_balance, ledger_points_sum, "
+        f"balance_matches_ledger FROM {MODELS}.dim_members",
+    )
+    return {
+        row["MEMBER_ID"]: (
+            row["MEMBER_STATUS"],
+            row["TIER_KEY"],
+            row["POINTS_BALANCE"],
+            row["LEDGER_POINTS_SUM"],
+            row["BALANCE_MATCHES_LEDGER"],
+        )
+        for row in rows
+    }
+
+
+def built_rewards(pipeline: SnowflakePipeline) -> dict[int, tuple]:
+    """reward_id -> status as read, redemption_id."""
+    rows = mart_rows(
+        pipeline, f"SELECT reward_id, status_as_read, redemption_id FROM {MODELS}.fct_rewards"
+    )
+    return {row["REWARD_ID"]: (row["STATUS_AS_READ"], row["REDEMPTION_ID"]) for row in rows}
+
+
+def built_offers(pipeline: SnowflakePipeline, columns: Sequence[str]) -> dict[int, tuple]:
+    """offer_id -> `columns` of fct_offer_performance."""
+    rows = mart_rows(
+        pipeline, f"SELECT offer_id, {', '.join(columns)} FROM {MODELS}.fct_offer_performance"
+    )
+    return {row["OFFER_ID"]: tuple(row[name.upper()] for name in columns) for row in rows}

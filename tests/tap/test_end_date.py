@@ -71,6 +71,25 @@ class Period:
     def holds(self, value: str) -> bool:
         return self.first <= london_day_of(value) <= self.last
 
+    def read_from(self, stream: str, truth: dict[str, Any]) -> dt.datetime | None:
+        """Where a stream's window starts (docs/tap.md, "What a start_date reads"): start_date,
+        but member_ledger whole (None) and rewards from the longest offer validity before it,
+        in days of 24 hours."""
+        if stream == "member_ledger":
+            return None
+        if stream == "rewards":
+            longest = max(row["valid_days_after_issue"] for row in truth_rows(truth, "offers"))
+            return self.start.astimezone(dt.timezone.utc) - dt.timedelta(days=longest)
+        return self.start
+
+    def read_holds(self, stream: str, truth: dict[str, Any], value: str) -> bool:
+        """`value`, a row's time, is inside what the period's run reads of `stream`."""
+        read_from = self.read_from(stream, truth)
+        instant = parse_instant(value)
+        assert instant is not None, value
+        after_start = read_from is None or instant >= read_from
+        return after_start and london_day_of(value) <= self.last
+
 
 @pytest.fixture(scope="module")
 def period() -> Period:
@@ -118,21 +137,26 @@ def test_guests_are_read_from_start_date_to_end_date(period_sync: Sync, period: 
 def test_instant_windows_run_from_start_date_to_the_end_of_end_date(
     period_sync: Sync, period: Period, stream: str
 ) -> None:
-    """since: start_date's London midnight; until: end_date, a bare date (spec 4.4.3: the end
-    of that London day), so no row of the next day's first instant is read."""
+    """since: start_date's London midnight (none for a ledger; the longest offer validity
+    before it for rewards); until: end_date, a bare date (spec 4.4.3: the end of that London
+    day), so no row of the next day's first instant is read."""
     entries = requests_for(period_sync.log, PATH_GROUPS[(stream,)])
     assert entries
-    assert {parse_instant(str(param(entry, "since"))) for entry in entries} == {period.start}
+    since = {param(entry, "since") for entry in entries}
+    expected = period.read_from(stream, period_sync.truth)
+    assert {parse_instant(str(value)) if value else None for value in since} == {expected}
     assert {param(entry, "until") for entry in entries} == {period.last.isoformat()}
 
 
 def test_every_dated_request_is_inside_the_period(period_sync: Sync, period: Period) -> None:
-    """Streams without a window send no date; every date a request sends is in the period."""
+    """Streams without a window send no date; every date a request sends is in the period
+    (but the rewards' since, test_instant_windows_run_from_start_date_to_the_end_of_end_date)."""
     outside = []
+    rewards = PATH_GROUPS[("rewards",)]
     for entry in period_sync.log:
         for name in WINDOW_PARAMS:
             value = param(entry, name)
-            if value is None:
+            if value is None or (name == "since" and rewards.match(entry["path"])):
                 continue
             day = dt.date.fromisoformat(value) if len(value) == 10 else london_day_of(value)
             if not period.first <= day <= period.last:
@@ -150,7 +174,8 @@ def test_records_are_the_truth_of_the_period(period_sync: Sync, period: Period) 
     fields = {"guests": "visited_at", **INSTANT_WINDOWED}
     problems: list[str] = []
     for stream, field in fields.items():
-        expected = [row for row in truth_rows(truth, stream) if period.holds(row[field])]
+        rows = truth_rows(truth, stream)
+        expected = [row for row in rows if period.read_holds(stream, truth, row[field])]
         assert expected, f"the sandbox has no {stream} in the period"
         problems += stream_problems(stream, period_sync.records(stream), expected)
     for stream in ("daily_stats", "daily_account_stats"):

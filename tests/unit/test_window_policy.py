@@ -9,7 +9,12 @@ from support.parts import UTC, FakeHost, FakeSettings
 from tap_guestdata.run import time_rules
 from tap_guestdata.run.state_markers import RESUME_KEY
 from tap_guestdata.stream.resume import ListingResume
-from tap_guestdata.stream.window import DayByDayWindow, ListingWindow, OpenRowsWindow
+from tap_guestdata.stream.window import (
+    DayByDayWindow,
+    ListingWindow,
+    OpenRowsWindow,
+    WholeHistoryWindow,
+)
 
 SPRING_FORWARD = dt.date(2026, 3, 29)  # London: 23 hours
 FALL_BACK = dt.date(2026, 10, 25)  # London: 25 hours
@@ -101,18 +106,44 @@ def test_a_resumed_read_ends_where_the_interrupted_run_got_to() -> None:
     assert host.window.params(None) == {"until": "2026-03-10T08:00:01+00:00"}  # a second's margin
 
 
-def rewards_like(state: dict[str, str], fallback_days: int) -> FakeHost:
+def test_a_ledger_is_read_whole_whatever_start_date_then_from_its_bookmark() -> None:
+    host = FakeHost(settings=FakeSettings(start_date="2026-03-01"))
+    host.with_parts(window=WholeHistoryWindow(since="since", until="until"))
+    assert host.window.params(None) == {"until": "2026-03-30T12:00:00+00:00"}
+    host = FakeHost(settings=FakeSettings(start_date="2026-03-01"))
+    host.stream_state.update(
+        replication_key="created_at", replication_key_value="2026-02-10T10:00:00+00:00"
+    )
+    host.with_parts(window=WholeHistoryWindow(since="since", until="until"))
+    assert host.window.params(None)["since"] == "2026-02-10T10:00:00+00:00"
+
+
+def rewards_like(
+    state: dict[str, str], fallback_days: int, settings: FakeSettings | None = None
+) -> FakeHost:
     """A stream declared as rewards is, with `state` and offers valid `fallback_days`."""
-    host = FakeHost(replication_key="issued_at")
+    host = FakeHost(replication_key="issued_at", settings=settings or FakeSettings())
     host.stream_state.update(replication_key="issued_at", **state)
     window = OpenRowsWindow(
         since="since",
         until="until",
         lookback_setting="rewards_lookback_days",
         oldest_open_key="oldest_open_issued_at",
-        fallback_lookback=lambda host: fallback_days,
+        longest_open=lambda host: fallback_days,
     )
     return host.with_parts(window=window)
+
+
+def test_rewards_reach_back_before_start_date_by_the_longest_validity() -> None:
+    # a redemption from start_date can be of a reward issued up to that long before it
+    host = rewards_like({}, fallback_days=30, settings=FakeSettings(start_date="2026-03-20"))
+    assert host.window.params(None)["since"] == "2026-02-18T00:00:00+00:00"
+    host = rewards_like(
+        {"replication_key_value": "2026-03-25T10:00:00+00:00"},
+        fallback_days=30,
+        settings=FakeSettings(start_date="2026-03-20"),
+    )
+    assert host.window.params(None)["since"] == "2026-02-23T10:00:00+00:00"  # the lookback
 
 
 def test_open_rows_window_starts_at_the_oldest_open_row() -> None:

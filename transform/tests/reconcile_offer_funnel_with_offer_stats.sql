@@ -19,7 +19,9 @@ select
     api_expired,
     're-read the rewards and offers groups' as what_to_do
 from {{ ref('fct_offer_performance') }}
+-- the API counts an offer's whole life; under a start_date only the offers read whole compare
 where has_api_stats
+    and has_whole_funnel
     and (
         issued <> api_issued
         or redeemed <> api_redeemed

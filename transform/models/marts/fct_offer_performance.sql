@@ -46,6 +46,12 @@ redemptions as (
 
 api as (
     select * from {{ ref('stg_guestdata__offer_stats') }}
+),
+
+-- Under a start_date, redemptions are read from it and rewards from before it (docs/tap.md,
+-- "What a start_date reads"): an offer created in the window has its whole funnel here.
+read_from as (
+    {{ accounts_read_from() }}
 )
 
 select
@@ -73,8 +79,11 @@ select
     api.voided as api_voided,
     api.expired as api_expired,
     api.claimed as api_claimed,
-    api.offer_id is not null as has_api_stats
+    api.offer_id is not null as has_api_stats,
+    coalesce({{ london_date('offers.created_at') }} >= read_from.read_from_day, true)
+        as has_whole_funnel
 from offers
+left join read_from on read_from.source_relation = offers.source_relation
 left join rewards
     on rewards.source_relation = offers.source_relation and rewards.offer_id = offers.offer_id
 left join redemptions

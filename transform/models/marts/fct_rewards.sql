@@ -34,17 +34,20 @@ select
     rewards.expires_at,
     rewards.points_spent,
     rewards.status_as_read,
-    redemptions.redemption_id,
+    -- a reward redeemed before a start_date's window has no redemption read (docs/tap.md,
+    -- "What a start_date reads"): its own redemption fields stand in (spec 2.10)
+    coalesce(redemptions.redemption_id, rewards.redemption_id) as redemption_id,
     redemptions.status as redemption_status,
-    coalesce(redemptions.status = 'completed', false) as is_redeemed,
-    redemptions.redeemed_at,
-    redemptions.redeemed_on,
+    coalesce(redemptions.status = 'completed', rewards.status_as_read = 'redeemed') as is_redeemed,
+    coalesce(redemptions.redeemed_at, rewards.redeemed_at) as redeemed_at,
+    coalesce(redemptions.redeemed_on, {{ london_date('rewards.redeemed_at') }}) as redeemed_on,
     redemptions.venue_id as redeemed_venue_id,
     redemptions.channel as redemption_channel,
     redemptions.currency as redemption_currency,
     redemptions.face_value_minor,
     redemptions.discount_applied_minor,
-    {{ seconds_between('rewards.issued_at', 'redemptions.redeemed_at') }} as seconds_to_redeem
+    {{ seconds_between('rewards.issued_at', 'coalesce(redemptions.redeemed_at, rewards.redeemed_at)') }}
+        as seconds_to_redeem
 from rewards
 left join redemptions
     on redemptions.source_relation = rewards.source_relation

@@ -1,7 +1,8 @@
 {{ incremental_mart_config(['source_relation', 'venue_id', 'date']) }}
 {%- set incremental = is_incremental() %}
--- One row per venue and London day over the whole guest history, counted from guest rows by
--- the rules of spec 2.4, with the API's own daily_stats beside them where that day was loaded.
+-- One row per venue and London day over the guest history read (from start_date, if set),
+-- counted from guest rows by the rules of spec 2.4, with the API's own daily_stats beside them
+-- where that day was loaded.
 -- Incremental (docs/transform-incremental.md): a build recomputes only the venue-days
 -- something changed since the last one (affected_days), and replaces exactly those.
 -- stg_guestdata__guests is read where it is used, not as one common table: PostgreSQL would
@@ -19,6 +20,11 @@ as_of as (
 
 day_numbers as (
     {{ dbt.generate_series(var('guestdata_max_history_days')) }}
+),
+
+-- Days before an account's window (a start_date) were not read: no row claims them.
+read_from as (
+    {{ accounts_read_from() }}
 ),
 
 api as (
@@ -135,11 +141,13 @@ affected_days as (
     from venues
     cross join day_numbers
     inner join as_of on as_of.source_relation = venues.source_relation
+    left join read_from on read_from.source_relation = venues.source_relation
     left join built_as_of on built_as_of.source_relation = venues.source_relation
     left join whole_venues
         on whole_venues.source_relation = venues.source_relation
         and whole_venues.venue_id = venues.venue_id
     where {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} <= as_of.as_of_date
+        and {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} >= coalesce(read_from.read_from_day, venues.created_on)
         and (whole_venues.venue_id is not null
             or built_as_of.as_of_date is null
             or {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} >= built_as_of.as_of_date)
@@ -178,10 +186,13 @@ spine as (
     from affected_days
     left join as_of
         on as_of.source_relation = affected_days.source_relation
+    left join read_from
+        on read_from.source_relation = affected_days.source_relation
     left join venues as lifetime
         on lifetime.source_relation = affected_days.source_relation
         and lifetime.venue_id = affected_days.venue_id
         and affected_days.date >= lifetime.created_on
+        and affected_days.date >= coalesce(read_from.read_from_day, lifetime.created_on)
         and affected_days.date <= as_of.as_of_date
         and affected_days.date < {{ dbt.dateadd('day', var('guestdata_max_history_days'), 'lifetime.created_on') }}
     left join guest_days
@@ -202,7 +213,9 @@ venue_days as (
     from venues
     cross join day_numbers
     inner join as_of on as_of.source_relation = venues.source_relation
+    left join read_from on read_from.source_relation = venues.source_relation
     where {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} <= as_of.as_of_date
+        and {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} >= coalesce(read_from.read_from_day, venues.created_on)
 ),
 
 -- Days with arrivals are kept even outside the venue's lifetime, so no guest row is lost.
