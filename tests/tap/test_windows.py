@@ -182,7 +182,7 @@ def start_instant_sync(sandbox: SandboxProcess, owner_catalog: dict) -> tuple[Sy
     start = _start_instant(min(london_date(parse_instant(row["created_at"])) for row in venues))
     config = tap_config(sandbox, start_date=start.isoformat())
     catalog = select_streams(
-        owner_catalog, ["guests", "daily_stats", "daily_account_stats", "rewards"]
+        owner_catalog, ["guests", "daily_stats", "daily_account_stats", "rewards", "redemptions"]
     )
     result = sync(sandbox, config, catalog=catalog)
     assert result.run.returncode == 0, result.run.stderr[-3000:]
@@ -218,44 +218,60 @@ def test_start_date_instant_is_read_as_its_london_day_for_guests_and_stats(
     assert not problems, "\n".join(problems)
 
 
-def assert_rewards_issued_from(result: Sync, start: dt.datetime) -> None:
-    """The rewards emitted are exactly the truth's rewards issued at or after `start` (some)."""
+def assert_rows_from(result: Sync, stream: str, field: str, start: dt.datetime) -> None:
+    """The rows emitted are exactly the truth's rows whose `field` is at or after `start`
+    (some)."""
     expected = [
-        row
-        for row in truth_rows(result.truth, "rewards")
-        if parse_instant(row["issued_at"]) >= start
+        row for row in truth_rows(result.truth, stream) if parse_instant(row[field]) >= start
     ]
     assert expected
-    problems = stream_problems("rewards", result.records("rewards"), expected)
+    problems = stream_problems(stream, result.records(stream), expected)
     assert not problems, "\n".join(problems)
+
+
+def rewards_from(result: Sync, start: dt.datetime) -> dt.datetime:
+    """Where rewards are read from: the longest offer validity before start_date, in days of
+    24 hours (docs/tap.md, "What a start_date reads")."""
+    longest = max(row["valid_days_after_issue"] for row in truth_rows(result.truth, "offers"))
+    return start.astimezone(dt.timezone.utc) - dt.timedelta(days=longest)
 
 
 def test_start_date_instant_is_the_exact_since_of_instant_windows(
     start_instant_sync: tuple[Sync, dt.datetime],
 ) -> None:
     result, start = start_instant_sync
-    entries = requests_for(result.log, PATH_GROUPS[("rewards",)])
+    entries = requests_for(result.log, PATH_GROUPS[("redemptions",)])
     assert entries
     assert {parse_instant(param(entry, "since")) for entry in entries} == {start}
-    assert_rewards_issued_from(result, start)
+    assert_rows_from(result, "redemptions", "created_at", start)
+    rewards = requests_for(result.log, PATH_GROUPS[("rewards",)])
+    assert {parse_instant(param(entry, "since")) for entry in rewards} == {
+        rewards_from(result, start)
+    }
+    assert_rows_from(result, "rewards", "issued_at", rewards_from(result, start))
 
 
 def test_start_date_as_a_date_starts_windows_at_london_midnight(
     sandbox: SandboxProcess, owner_catalog: dict
 ) -> None:
     """A date start_date is a London day (spec 4.4.2): since = that day's London midnight,
-    whether sent as the date or as an instant."""
+    whether sent as the date or as an instant (rewards: the longest offer validity before)."""
     day = dt.date.today() - dt.timedelta(days=10)
     midnight = dt.datetime(day.year, day.month, day.day, tzinfo=LONDON)
-    catalog = select_streams(owner_catalog, ["guests", "rewards"])
+    catalog = select_streams(owner_catalog, ["guests", "redemptions", "rewards"])
     result = sync(sandbox, tap_config(sandbox, start_date=day.isoformat()), catalog=catalog)
     assert result.run.returncode == 0, result.run.stderr[-3000:]
     guests = requests_for(result.log, PATH_GROUPS[("guests",)])
     assert {param(entry, "from") for entry in guests} == {day.isoformat()}
-    for entry in requests_for(result.log, PATH_GROUPS[("rewards",)]):
+    for entry in requests_for(result.log, PATH_GROUPS[("redemptions",)]):
         since = param(entry, "since")
         assert since == day.isoformat() or parse_instant(since) == midnight, entry["query"]
-    assert_rewards_issued_from(result, midnight)
+    assert_rows_from(result, "redemptions", "created_at", midnight)
+    rewards = requests_for(result.log, PATH_GROUPS[("rewards",)])
+    assert {parse_instant(param(entry, "since")) for entry in rewards} == {
+        rewards_from(result, midnight)
+    }
+    assert_rows_from(result, "rewards", "issued_at", rewards_from(result, midnight))
 
 
 # ------------------------------------------------------------------------------ state
