@@ -73,6 +73,9 @@ def test_the_job_builds_every_model_and_passes_every_test_under_fakesnow(
     )
     for mart in MARTS:
         assert mart_rows(built, f"SELECT count(*) AS n FROM {MODELS}.{mart}")[0]["N"] > 0, mart
+    # the build took the models schema's lock and let it go (macros/build_lock.sql)
+    lock = mart_rows(built, f"SELECT lock_name, holder FROM {MODELS}.guestdata_build_lock")
+    assert lock == [{"LOCK_NAME": MODELS, "HOLDER": None}]
 
 
 def test_every_dispatched_macro_compiles_to_its_snowflake_form(

@@ -9,7 +9,10 @@ full reload into a fresh database.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +118,63 @@ def test_a_second_build_on_an_unchanged_database_changes_nothing(
     assert run.returncode == 0, run.output[-3000:]
     assert mart_rows(conninfo, MODELS_SCHEMA) == before
     assert all(before[mart] for mart in MARTS)
+
+
+def build_span(target_dir: Path) -> tuple[str, str]:
+    """When a build's first model or test started and its last ended (run_results.json, UTC
+    ISO text); not its hooks (on-run-start is where a build waits for the lock)."""
+    results = json.loads((target_dir / "run_results.json").read_text())["results"]
+    nodes = [result for result in results if not result["unique_id"].startswith("operation.")]
+    times = [step for result in nodes for step in result["timing"]]
+    return min(step["started_at"] for step in times), max(step["completed_at"] for step in times)
+
+
+def test_two_builds_at_once_take_turns_and_the_rows_stay_right(
+    loaded: MeltanoProject, dbt: Dbt, conninfo: str, tmp_path: Path
+) -> None:
+    """#42 item 5 (macros/build_lock.sql): a build still holding the models schema (a third
+    holder here) keeps two builds started at once waiting; once it lets go, one builds while
+    the other waits for it, and then builds. Without the lock the two collide."""
+    before = mart_rows(conninfo, MODELS_SCHEMA)
+    lock = f"{MODELS_SCHEMA}.guestdata_build_lock"
+    running = "00000000-0000-0000-0000-00000000000a"
+    query(conninfo, f"UPDATE {lock} SET holder = %s, held_since = now() RETURNING holder", running)
+    builds = [Dbt(env=dbt.env, target_dir=tmp_path / name) for name in ("first", "second")]
+    poll = ("--vars", "{guestdata_build_lock_poll_seconds: 1}")
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(build.build, *poll) for build in builds]
+        waiting = 0
+        for _ in range(600):  # until both wait (each polls with pg_sleep), at most 10 minutes
+            (waiting,) = query(
+                conninfo,
+                "SELECT count(DISTINCT pid) FROM pg_stat_activity WHERE datname = "
+                "current_database() AND query LIKE %s AND pid <> pg_backend_pid()",
+                "%pg_sleep(1)%",
+            )[0]
+            if waiting >= 2 or any(run.done() for run in runs):
+                break
+            time.sleep(1)
+        query(conninfo, f"UPDATE {lock} SET holder = NULL RETURNING lock_name")
+        first, second = (run.result() for run in runs)
+    assert waiting >= 2, (first.output[-2000:], second.output[-2000:])
+    for run in (first, second):
+        assert run.returncode == 0, run.output[-3000:]
+        assert f"another build holds {MODELS_SCHEMA} (invocation {running}" in run.output
+    spans = sorted(build_span(build.target_dir) for build in builds)
+    assert spans[0][1] <= spans[1][0], f"the builds overlapped: {spans}"
+    assert query(conninfo, f"SELECT holder FROM {lock}") == [(None,)]
+    assert mart_rows(conninfo, MODELS_SCHEMA) == before
+
+    # A build killed mid-way never released its claim: older than a build lasts, it is taken.
+    query(
+        conninfo,
+        f"UPDATE {lock} SET holder = %s, held_since = now() - interval '4 hours' RETURNING 1",
+        running,
+    )
+    after_a_crash = dbt.build()
+    assert after_a_crash.returncode == 0, after_a_crash.output[-3000:]
+    assert f"build lock: {MODELS_SCHEMA} is this build's\n" in after_a_crash.output + "\n"
+    assert query(conninfo, f"SELECT holder FROM {lock}") == [(None,)]
 
 
 class Breakage:
