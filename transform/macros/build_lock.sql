@@ -43,7 +43,7 @@
       {% do state.update({'holder': held.columns[0].values()[0]}) %}
       {% if state.holder != invocation_id and attempt == 0 %}
         {{ log('build lock: another build holds ' ~ target.schema ~ ' (invocation ' ~ state.holder
-               ~ ', since ' ~ held.columns[1].values()[0] ~ ' UTC); waiting for it, at most '
+               ~ ', since ' ~ held.columns[1].values()[0] ~ '); waiting for it, at most '
                ~ wait_minutes ~ ' minutes', info=True) }}
       {% endif %}
     {% endif %}
