@@ -26,6 +26,7 @@ from demo_pipeline import PROJECT_ROOT
 from guestdata_sandbox.accounts import OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from support.pipeline import MeltanoProject, run_in_project, sandbox_project
+from support.streams import rewards_read_from
 
 DBT = PROJECT_ROOT / ".meltano" / "utilities" / "dbt-postgres" / "venv" / "bin" / "dbt"
 TRANSFORM = PROJECT_ROOT / "transform"
@@ -337,8 +338,7 @@ class Window:
         return dt.datetime.combine(self.start_date, dt.time(), LONDON).astimezone(dt.timezone.utc)
 
     def rewards_from(self, truth: dict[str, Any]) -> dt.datetime:
-        longest = max(offer["valid_days_after_issue"] for offer in truth["offers"])
-        return self.start - dt.timedelta(days=longest)
+        return rewards_read_from(truth, self.start)
 
     def read(self, truth: dict[str, Any]) -> dict[str, Any]:
         """The truth's rows the window reads, stream by stream."""

@@ -60,6 +60,13 @@ def truth_rows(truth: Mapping[str, Any], stream: str) -> list[dict[str, Any]]:
     return truth_tables({stream: truth.get(stream)})[stream]
 
 
+def rewards_read_from(truth: Mapping[str, Any], start: dt.datetime) -> dt.datetime:
+    """Where a run whose window starts at `start` (start_date) reads rewards from: the longest
+    offer validity before it, in days of 24 hours (docs/tap.md, "What a start_date reads")."""
+    longest = max(row["valid_days_after_issue"] for row in truth_rows(truth, "offers"))
+    return start.astimezone(dt.timezone.utc) - dt.timedelta(days=longest)
+
+
 def keyed_tables(tables: Mapping[str, Iterable[Mapping[str, Any]]]) -> dict[str, dict[tuple, dict]]:
     """Each stream's rows (records, truth rows or a loaded table) by primary key, without a
     target's `_sdc_*` bookkeeping columns."""

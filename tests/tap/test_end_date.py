@@ -17,7 +17,7 @@ from singer_sdk.exceptions import ConfigValidationError
 from guestdata_sandbox.testing import SandboxProcess
 from support.json_values import parse_instant
 from support.sandbox import tap_config
-from support.streams import truth_rows
+from support.streams import rewards_read_from, truth_rows
 from support.tap_process import discover, select_streams
 from support.tap_suite import (
     LONDON,
@@ -78,8 +78,7 @@ class Period:
         if stream == "member_ledger":
             return None
         if stream == "rewards":
-            longest = max(row["valid_days_after_issue"] for row in truth_rows(truth, "offers"))
-            return self.start.astimezone(dt.timezone.utc) - dt.timedelta(days=longest)
+            return rewards_read_from(truth, self.start)
         return self.start
 
     def read_holds(self, stream: str, truth: dict[str, Any], value: str) -> bool:

@@ -12,7 +12,7 @@ import pytest
 from guestdata_sandbox.testing import SandboxProcess
 from support.json_values import parse_instant
 from support.sandbox import OWNER_KEY, tap_config
-from support.streams import truth_rows
+from support.streams import rewards_read_from, truth_rows
 from support.tap_process import discover, select_streams
 from support.tap_suite import (
     DATE,
@@ -229,13 +229,6 @@ def assert_rows_from(result: Sync, stream: str, field: str, start: dt.datetime) 
     assert not problems, "\n".join(problems)
 
 
-def rewards_from(result: Sync, start: dt.datetime) -> dt.datetime:
-    """Where rewards are read from: the longest offer validity before start_date, in days of
-    24 hours (docs/tap.md, "What a start_date reads")."""
-    longest = max(row["valid_days_after_issue"] for row in truth_rows(result.truth, "offers"))
-    return start.astimezone(dt.timezone.utc) - dt.timedelta(days=longest)
-
-
 def test_start_date_instant_is_the_exact_since_of_instant_windows(
     start_instant_sync: tuple[Sync, dt.datetime],
 ) -> None:
@@ -246,9 +239,9 @@ def test_start_date_instant_is_the_exact_since_of_instant_windows(
     assert_rows_from(result, "redemptions", "created_at", start)
     rewards = requests_for(result.log, PATH_GROUPS[("rewards",)])
     assert {parse_instant(param(entry, "since")) for entry in rewards} == {
-        rewards_from(result, start)
+        rewards_read_from(result.truth, start)
     }
-    assert_rows_from(result, "rewards", "issued_at", rewards_from(result, start))
+    assert_rows_from(result, "rewards", "issued_at", rewards_read_from(result.truth, start))
 
 
 def test_start_date_as_a_date_starts_windows_at_london_midnight(
@@ -269,9 +262,9 @@ def test_start_date_as_a_date_starts_windows_at_london_midnight(
     assert_rows_from(result, "redemptions", "created_at", midnight)
     rewards = requests_for(result.log, PATH_GROUPS[("rewards",)])
     assert {parse_instant(param(entry, "since")) for entry in rewards} == {
-        rewards_from(result, midnight)
+        rewards_read_from(result.truth, midnight)
     }
-    assert_rows_from(result, "rewards", "issued_at", rewards_from(result, midnight))
+    assert_rows_from(result, "rewards", "issued_at", rewards_read_from(result.truth, midnight))
 
 
 # ------------------------------------------------------------------------------ state
