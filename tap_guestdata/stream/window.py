@@ -194,8 +194,8 @@ class DayByDayWindow(ListingWindow):
         """The days to read, `earliest` being the first day the partition has data."""
         settings = self.host.runtime.settings
         first = earliest
-        if settings.start_date is not None:  # a lookback never reaches before it
-            first = max(first, time_rules.london_day(settings.start_date))
+        if (start := self.earliest()) is not None:  # a lookback never reaches before it
+            first = max(first, time_rules.london_day(start))
         previous = bookmark(self.host, context)
         if previous is not None:
             lookback = dt.timedelta(self.lookback_days())

@@ -10,7 +10,6 @@ fields and the arrays computed right.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from support.dbt import (
     expected_offer_funnel,
     expected_rewards,
     expected_venue_daily,
+    instant,
 )
 from support.snowflake_pipeline import (
     MODELS,
@@ -304,10 +304,6 @@ def test_an_account_seen_late_is_read_in_full_and_an_offboarded_one_leaves_under
         assert rows_per_model(built, "guestdata") == first
     finally:
         built.warehouse.query(f"DROP SCHEMA IF EXISTS {second} CASCADE")
-
-
-def instant(text: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def epoch_second(text: str) -> int:
