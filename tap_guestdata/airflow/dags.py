@@ -145,6 +145,7 @@ def models_build(plan: AccountsPlan, dag_id: str, queues: Sequence[TaskGroup]) -
         task_id="dbt_build",
         accounts=[plan.models(dag_id)],
         unmodelled=plan.outside_models(),
+        load_task_ids=[f"{group.group_id}.accounts.load" for group in queues],
         blocks=config.transform,
         trigger_rule=TriggerRule.ALL_DONE,
         execution_timeout=config.transform_timeout,

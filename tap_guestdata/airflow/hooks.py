@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +68,13 @@ class MeltanoHook(BaseHook):
         options: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         log: Any = None,  # the task's logger (Airflow's structlog one), else the hook's
+        on_line: Callable[[str], None] | None = None,
     ) -> int:
         """`meltano run [options] blocks` in the label's own directory; the exit code.
 
-        The process's lines go to `log` as they come (the tap's progress lines). Its run files
-        are removed before it starts (a killed earlier run's) and when it ends, however it ends.
+        The process's lines go to `log` as they come (the tap's progress lines), and to
+        `on_line`. Its run files are removed before it starts (a killed earlier run's) and when
+        it ends, however it ends.
         """
         log = log or self.log
         own = self.own_directory(label)
@@ -105,6 +107,8 @@ class MeltanoHook(BaseHook):
                 assert process.stdout is not None
                 for line in process.stdout:
                     log.info("%s", line.rstrip("\n"))
+                    if on_line is not None:
+                        on_line(line)
                 return process.wait()
             finally:
                 end_process_group(process)

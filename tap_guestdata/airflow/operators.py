@@ -14,7 +14,10 @@ of one; the many-accounts DAGs map a batch per task so no list outgrows `max_map
 - A run with nothing to do (a reload of streams the account does not load) is skipped; a task
   whose accounts were all skipped raises `AirflowSkipException`.
 - A failed account fails the task naming it; the others still run. A task of several accounts
-  records the ones done in a Variable while it runs, so its retry runs only the rest.
+  records the ones done in a Variable while it runs, so its retry runs only the rest. A load
+  task's failed accounts' raw schemas go to XCom (`failed_loads`); the build holds their marts
+  (docs/transform.md, "Accounts in production").
+- A build that held accounts fails without a retry (it would read the same rows), naming them.
 - `on_kill` (and a timeout) ends every Meltano process group the task started.
 """
 
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Variable
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from tap_guestdata.airflow.config import flag
 from tap_guestdata.airflow.connection import account_credentials
@@ -37,6 +40,9 @@ from tap_guestdata.airflow.hooks import MeltanoHook
 from tap_guestdata.airflow.reload import Reload, reload_of
 
 EXTRACTOR = "tap-guestdata"
+FAILED_LOADS = "failed_loads"  # the XCom of a load task's failed accounts' raw schemas
+# The line a build ends with when it held accounts (transform/macros/account_status.sql).
+HELD_MARKER = "GUESTDATA ACCOUNTS HELD:"
 RAW_ALIAS = AssetAlias(name="guestdata_raw", group="guestdata")  # what every load publishes
 
 
@@ -73,6 +79,7 @@ class AccountLoad:
     # A missing connection is an error unless key_variables stand in; False: Meltano's own key
     # stands in too (a single account deployed before connections).
     connection_required: bool = True
+    schema: str | None = None  # its raw schema; None: Meltano's configuration (a single account)
 
 
 Resolver = Callable[[str], AccountLoad]
@@ -141,6 +148,8 @@ class GuestDataAccountsOperator(BaseOperator):
                     continue
                 try:
                     outcomes[account.name] = self.run_account(account, context)
+                except AirflowFailException:  # a failure no retry mends
+                    raise
                 except Exception:  # its key missing, say: its failure, not its batch's
                     self.log.exception("%s: failed", account.name)
                     outcomes[account.name] = "failed"
@@ -152,6 +161,7 @@ class GuestDataAccountsOperator(BaseOperator):
             raise
         failed = [name for name, outcome in outcomes.items() if outcome == "failed"]
         if failed:
+            self.record_failed(context, [a for a in accounts if a.name in failed])
             if record.last_try:  # no retry will read it: a Variable per failed batch would pile up
                 record.clear()
             raise AirflowException(f"{len(failed)} of {len(accounts)} failed: {', '.join(failed)}")
@@ -170,6 +180,9 @@ class GuestDataAccountsOperator(BaseOperator):
 
     def publish(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
         """Asset events of the accounts loaded (none by default)."""
+
+    def record_failed(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
+        """What the run should know of the accounts that failed (nothing by default)."""
 
     def meltano(self, account: AccountLoad, blocks: Sequence[str], **run: Any) -> int:
         assert self.hook is not None
@@ -281,6 +294,12 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
             streams,
         )
 
+    def record_failed(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
+        """Their raw schemas, for the build to hold (its try's XComs: a retry that loads them
+        clears the list)."""
+        schemas = [account.schema for account in accounts if account.schema]
+        context["ti"].xcom_push(key=FAILED_LOADS, value=schemas)
+
     def publish(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
         events = context["outlet_events"][RAW_ALIAS]
         for account in accounts:
@@ -293,13 +312,25 @@ class GuestDataModelsOperator(GuestDataAccountsOperator):
 
     The DAGs give it one: every account's models at once (`AccountsPlan.models`).
     `unmodelled`: accounts loaded into a raw schema the models do not read, warned about.
+    `load_task_ids`: the run's load tasks; the raw schemas whose load failed in them
+    (`failed_loads`) reach dbt as `GUESTDATA_FAILED_LOADS`, and their marts are held.
     """
 
     account_verb = "build"
 
-    def __init__(self, *, unmodelled: Sequence[str] = (), **kwargs: Any) -> None:
+    def __init__(
+        self, *, unmodelled: Sequence[str] = (), load_task_ids: Sequence[str] = (), **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.unmodelled = list(unmodelled)
+        self.load_task_ids = list(load_task_ids)
+
+    def failed_loads(self, context: Any) -> list[str]:
+        """The raw schemas whose load failed in this run (every map index of every load task)."""
+        if not self.load_task_ids:
+            return []
+        pulled = context["ti"].xcom_pull(task_ids=self.load_task_ids, key=FAILED_LOADS)
+        return sorted({schema for schemas in pulled or [] if schemas for schema in schemas})
 
     def run_account(self, account: AccountLoad, context: Any) -> str:
         if self.unmodelled:
@@ -311,7 +342,24 @@ class GuestDataModelsOperator(GuestDataAccountsOperator):
         if not account.build:
             self.log.info("%s: the models need every stream group", account.name)
             return "skipped"
-        code = self.meltano(account, self.blocks, label=f"{account.name}-models")
+        env = {}
+        failed_loads = self.failed_loads(context)
+        if failed_loads:
+            self.log.warning(
+                "loads failed in this run, their marts held: %s", ", ".join(failed_loads)
+            )
+            env["GUESTDATA_FAILED_LOADS"] = ",".join(failed_loads)
+        held: list[str] = []
+
+        def watch(line: str) -> None:
+            if HELD_MARKER in line:
+                held.append(line.split(HELD_MARKER, 1)[1].strip())
+
+        code = self.meltano(
+            account, self.blocks, label=f"{account.name}-models", env=env, on_line=watch
+        )
+        if code != 0 and held:
+            raise AirflowFailException(f"the build held accounts: {held[-1]}")
         return "success" if code == 0 else "failed"
 
 

@@ -107,6 +107,7 @@ def describe_dag(dag: Any, details: bool = True) -> dict[str, Any]:
                 "environment": getattr(task, "environment", None),
                 "full_refresh": getattr(task, "full_refresh", None),
                 "reloadable": getattr(task, "reloadable", None),
+                "load_task_ids": getattr(task, "load_task_ids", None),
                 "accounts": [as_json(a) for a in task.accounts]
                 if isinstance(getattr(task, "accounts", None), list)
                 else None,

@@ -177,6 +177,8 @@ def test_accounts_load_in_batches_and_a_revoked_key_fails_only_its_account(
         assert reads == 1, f"{name}: loaded {reads} times"
     for partner in set(failed_batch) - {"revoked"}:
         assert f"{partner}: done by an earlier try of this task" in output, "retried alone"
+    # The build heard of the failed load; with no schema of its own it has nothing to hold.
+    assert "loads failed in this run, their marts held: guestdata_revoked" in output
     # What the retry read (the batch's done accounts) is gone once no try is left to read it.
     assert not [key for key in run["variables"] if key.startswith("guestdata_done_")], run
     # Each good account its own state id; the revoked account's failed run may leave one of

@@ -204,6 +204,7 @@ def test_a_single_account_is_a_plan_of_one_loaded_in_one_meltano_run(
         # Its connection if it exists, else Meltano's own key (no connection_id setting).
         "connection_id": "guestdata_default",
         "connection_required": False,
+        "schema": None,  # Meltano's configuration
     }
 
 
@@ -343,6 +344,7 @@ def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
             "build": True,
             "connection_id": None,  # the build reads no key
             "connection_required": True,
+            "schema": None,
         }
     ]
     assert task["pool"] == "default_pool", "no API calls: not in the queue's pool"
@@ -385,7 +387,7 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
                     "accounts.load": (True, [f"{queue}.plan"], "all_success"),
                 }.items()
             },
-            # Whatever the loads' ends (a failed account keeps its earlier rows).
+            # Whatever the loads' ends (a failed account's marts are held).
             "dbt_build": (False, loads, "all_done"),
             # Fails the run when a load failed (a run's state is its leaves').
             "all_loaded": (False, loads, "all_success"),
@@ -393,6 +395,7 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
         build = tasks(result, dag_id)["dbt_build"]
         assert build["operator"] == "tap_guestdata.airflow.operators.GuestDataModelsOperator"
         assert build["blocks"] == ["dbt-postgres:build"]
+        assert build["load_task_ids"] == loads, "whose failed loads it holds"
         assert build["outlets"] == ["guestdata_models"]
         assert build["pool"] == "default_pool", "no API calls: not in a queue's pool"
         assert build["queue"] == "worker_1", "the first queue's workers"
@@ -413,6 +416,7 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
                 "build": True,  # harbour and quay load every group
                 "connection_id": None,  # the build reads no key
                 "connection_required": True,
+                "schema": None,
             }
         ]
     # northgate's own DAG loads rewards alone; its run still builds every account's models

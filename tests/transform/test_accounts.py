@@ -19,6 +19,7 @@ import pytest
 from guestdata_sandbox.accounts import COLLIDING_ACCOUNT, COLLIDING_KEY, OWNER_KEYS
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import (
+    LOAD_ONLY,
     MARTS,
     RAW_SCHEMA,
     REFRESH_LOAD_ONLY,
@@ -244,6 +245,147 @@ def test_an_offboarded_account_leaves_every_model_and_renamed_back_is_read_in_fu
         for old in (outside, renamed):
             if query(conninfo, "SELECT 1 FROM pg_namespace WHERE nspname = %s", old):
                 rename(old, TWIN)
+
+
+def account_status(conninfo: str) -> list[tuple[Any, ...]]:
+    """guestdata_account_status: each account's status, why, and whether it is catching up."""
+    return query(
+        conninfo,
+        f"SELECT source_relation, status, held_reasons, is_catching_up, marts_built_at IS NOT NULL"
+        f" FROM {MODELS}.guestdata_account_status ORDER BY source_relation",
+    )
+
+
+def first_account_is_current(conninfo: str, sandbox: SandboxProcess) -> None:
+    """The first account's marts equal its truth: venue days and every arrival counted."""
+    truth = sandbox.truth(OWNER_KEYS[0])
+    expected = expected_venue_daily(truth)
+    built = venue_days(conninfo, RAW_SCHEMA)
+    assert expected and {key: built[key] for key in expected} == expected
+    visits = f"SELECT sum(visits) FROM {MODELS}.fct_venue_daily WHERE source_relation = %s"
+    assert query(conninfo, visits, RAW_SCHEMA) == [(len(truth["guests"]),)]
+
+
+def audience_of(conninfo: str, account: str) -> set[str]:
+    rows = query(
+        conninfo,
+        f"SELECT contact_key FROM {MODELS}.marketing_audience WHERE source_relation = %s",
+        account,
+    )
+    return {key for (key,) in rows}
+
+
+def test_one_accounts_bad_row_holds_its_marts_and_no_other_accounts(
+    every_account: Dbt,
+    loaded: MeltanoProject,
+    twin: MeltanoProject,
+    sandbox: SandboxProcess,
+    conninfo: str,
+) -> None:
+    """The twin serves a guest at a venue it does not list. Its staging test fails for it alone:
+    the twin is held (its marts keep the last good build's rows), the first account's marts take
+    the night's arrivals, the build fails naming the twin, and guestdata_account_status says
+    why. Once the row is gone (the API's deletion followed) the twin is current again."""
+    baseline = every_account.build()  # the twin's last good build
+    assert baseline.returncode == 0, baseline.output[-3000:]
+    twin_before = rows_of(conninfo, TWIN)
+    assert twin_before["fct_venue_daily"] and twin_before["marketing_audience"]
+    for account_id in (1001, COLLIDING_ACCOUNT):  # the first account is 1001
+        sandbox.mutate("add_guests", count=3, account_id=account_id)
+    twin.run(*LOAD_ONLY)
+    loaded.run(*LOAD_ONLY)
+    bad_guest = 990_000_001
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        connection.execute(
+            f"CREATE TEMP TABLE bad AS SELECT * FROM {TWIN}.guests ORDER BY id LIMIT 1;"
+            f" UPDATE bad SET id = {bad_guest}, venue_id = 990000, _sdc_batched_at = now();"
+            f" INSERT INTO {TWIN}.guests SELECT * FROM bad"
+        )
+
+    held = every_account.build()
+    assert held.returncode != 0
+    assert "ACCOUNT HELD twin (guestdata_twin): stg_guestdata__guests.venue_id:" in held.output
+    assert "GUESTDATA ACCOUNTS HELD: guestdata_twin" in held.output, held.output[-3000:]
+    relationship = "stg_guestdata__guests.venue_id: guestdata_relationships_in_account: 1 rows"
+    assert account_status(conninfo) == [
+        (RAW_SCHEMA, "current", None, False, True),
+        (TWIN, "held", relationship, False, True),
+    ]
+    statuses = held.statuses("model")
+    assert {statuses[mart] for mart in MARTS} == {"success"}
+    first_account_is_current(conninfo, sandbox)
+    assert rows_of(conninfo, TWIN) == twin_before  # its new arrivals wait
+
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        connection.execute(
+            f"UPDATE {TWIN}.guests SET _sdc_deleted_at = now() WHERE id = {bad_guest}"
+        )
+    mended = every_account.build()
+    assert mended.returncode == 0, mended.output[-3000:]
+    assert account_status(conninfo) == [
+        (RAW_SCHEMA, "current", None, False, True),
+        (TWIN, "current", None, True, True),
+    ]
+    # Every arrival per venue-day (unique guests differ by the person erased above).
+    truth = sandbox.truth(COLLIDING_KEY)
+    expected = {key: counts[0] for key, counts in expected_venue_daily(truth).items()}
+    built = venue_days(conninfo, TWIN)
+    assert {key: built[key][0] for key in expected} == expected
+    twin_visits = f"SELECT sum(visits) FROM {MODELS}.fct_venue_daily WHERE source_relation = %s"
+    assert query(conninfo, twin_visits, TWIN) == [(len(truth["guests"]),)]
+
+
+def test_an_account_whose_load_failed_is_held_then_catches_up_whole(
+    every_account: Dbt,
+    loaded: MeltanoProject,
+    twin: MeltanoProject,
+    sandbox: SandboxProcess,
+    conninfo: str,
+) -> None:
+    """The accounts DAG names the twin's load as failed (GUESTDATA_FAILED_LOADS): the twin is
+    held, its new people stay out of its audience, the first account's come in. At the next
+    build it catches up: its keys are computed whole, so the people loaded before the marts'
+    watermark moved past them (the first account loaded after, no lookback: hours passing)
+    come in too."""
+    no_lookback = {"GUESTDATA_INCREMENTAL_LOOKBACK_HOURS": "0"}
+    arrivals = {}
+    for account_id in (COLLIDING_ACCOUNT, 1001):  # new people who may be sent marketing
+        arrivals[account_id] = sandbox.mutate("add_guests", count=3, account_id=account_id)["ids"]
+        for guest_id in arrivals[account_id]:
+            sandbox.mutate(
+                "set_marketing_consent", guest_id=guest_id, value=True, account_id=account_id
+            )
+    twin.run(*LOAD_ONLY)
+    loaded.run(*LOAD_ONLY)
+    people = {
+        account: {
+            g["email"].lower() for g in sandbox.truth(key)["guests"] if g["id"] in arrivals[number]
+        }
+        for account, key, number in (
+            (RAW_SCHEMA, OWNER_KEYS[0], 1001),
+            (TWIN, COLLIDING_KEY, COLLIDING_ACCOUNT),
+        )
+    }
+    assert all(len(found) == 3 for found in people.values()), people
+    twin_before = rows_of(conninfo, TWIN)
+
+    load_failed = every_account.run(
+        "build", extra_env={"GUESTDATA_FAILED_LOADS": f" {TWIN.upper()} ", **no_lookback}
+    )
+    assert load_failed.returncode != 0
+    assert "ACCOUNT HELD twin (guestdata_twin): its load failed" in load_failed.output
+    assert account_status(conninfo)[1][:3] == (TWIN, "held", "its load failed")
+    assert rows_of(conninfo, TWIN) == twin_before
+    assert people[RAW_SCHEMA] <= audience_of(conninfo, RAW_SCHEMA)
+    assert not people[TWIN] & audience_of(conninfo, TWIN)
+
+    caught_up = every_account.run("build", extra_env=no_lookback)
+    assert caught_up.returncode == 0, caught_up.output[-3000:]
+    assert [row[1:4] for row in account_status(conninfo)] == [
+        ("current", None, False),
+        ("current", None, True),
+    ]
+    assert people[TWIN] <= audience_of(conninfo, TWIN)
 
 
 def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_where_it_exists(

@@ -269,7 +269,7 @@ def test_a_builds_data_tests_read_the_rows_not_yet_tested(
     six times the CPU and adds nothing here."""
     guests = f"{MODELS_SCHEMA}_staging.stg_guestdata__guests"
     record = f"{MODELS_SCHEMA}.guestdata_tested_builds"
-    not_null_venue = "not_null_stg_guestdata__guests_venue_id"
+    not_null_venue = "guestdata_not_null_stg_guestdata__guests_venue_id"
     # A load of its own, so some rows lie behind the watermark: every build reads the newest
     # batch again (the watermark is inclusive), and after a refresh that batch holds every guest.
     sandbox.mutate("add_guests", count=1)
@@ -290,7 +290,7 @@ def test_a_builds_data_tests_read_the_rows_not_yet_tested(
     nightly = dbt.run("build", *ONLY_GUESTS)
     assert nightly.returncode == 0, nightly.output[-3000:]
     assert nightly.statuses("test")[not_null_venue] == "pass"
-    assert dbt.run("test", "--select", not_null_venue).statuses("test")[not_null_venue] == "fail"
+    assert dbt.run("test", "--select", not_null_venue).statuses("test")[not_null_venue] == "warn"
     # The same row as a build after the last tested one would have left it: read, and read again
     # at the next build (the record stays where it was).
     query(
@@ -300,7 +300,7 @@ def test_a_builds_data_tests_read_the_rows_not_yet_tested(
     )
     for _ in range(2):
         failing = dbt.run("build", *ONLY_GUESTS)
-        assert failing.statuses("test")[not_null_venue] == "fail", failing.output[-3000:]
+        assert failing.statuses("test")[not_null_venue] == "warn", failing.output[-3000:]
     mended = dbt.run("build", "--full-refresh", *ONLY_GUESTS)
     assert mended.returncode == 0, mended.output[-3000:]
     assert dbt.run("build", *ONLY_GUESTS).statuses("test")[not_null_venue] == "pass"

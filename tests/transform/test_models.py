@@ -264,11 +264,17 @@ def test_each_reconciliation_fails_on_its_broken_data_and_passes_once_restored(
     assert set(others.values()) == {"pass"}, "only the reconciliations notice"
     # Each says what to do.
     assert "RECONCILIATION FAIL reconcile_member_balance_with_ledger (1 rows)" in broken.output
-    # ... and for which account: one build holds them all (the raw schema names this one).
-    account_line = (
-        f"reconcile_member_balance_with_ledger account {RAW_SCHEMA} ({RAW_SCHEMA}): 1 rows"
+    # ... and for which account: one build holds them all (the raw schema names this one), in
+    # the log and in the monitor table.
+    (line,) = [
+        line for line in broken.output.splitlines() if f"ACCOUNT CHECKS {RAW_SCHEMA} (" in line
+    ]
+    ((monitored,),) = query(
+        conninfo, f"SELECT mart_check_failures FROM {RAW_SCHEMA}_analytics.guestdata_account_status"
     )
-    assert f"RECONCILIATION FAIL {account_line}" in broken.output
+    assert line.endswith(f"ACCOUNT CHECKS {RAW_SCHEMA} ({RAW_SCHEMA}): {monitored}")
+    assert "reconcile_member_balance_with_ledger (fail): 1 rows; " in monitored
+    assert "reconcile_offer_funnel_with_offer_stats (warn): " in monitored
     assert "--full-refresh tap-guestdata--members" in broken.output
     assert "RECONCILIATION WARN reconcile_venue_daily_opt_ins_with_api_stats" in broken.output
     assert broken.output.count("--full-refresh tap-guestdata--refresh") >= 2

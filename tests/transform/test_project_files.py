@@ -76,3 +76,22 @@ def test_the_models_need_no_package_download() -> None:
     """dbt deps would reach hub.getdbt.com; CI and most warehouses' runners cannot."""
     assert not (TRANSFORM / "packages.yml").exists()
     assert not (TRANSFORM / "dependencies.yml").exists()
+
+
+def test_every_test_names_the_failing_account_and_the_status_follows_every_staging_model() -> None:
+    """macros/account_status.sql holds an account from its tests' kept failing rows: each
+    generic test is one of the project's (source_relation first; dbt's own name no account),
+    each singular test selects source_relation, and guestdata_account_status comes after every
+    staging model (so after every staging test)."""
+    generic: set[str] = set()
+    for path in (TRANSFORM / "models").rglob("_*.yml"):
+        for model in yaml.safe_load(path.read_text()).get("models", []):
+            for column in [model, *model.get("columns", [])]:
+                for test in column.get("data_tests", []):
+                    generic.add(test if isinstance(test, str) else next(iter(test)))
+    assert generic and all(name.startswith("guestdata_") for name in generic), generic
+    for path in (TRANSFORM / "tests").glob("*.sql"):
+        selects = re.findall(r"^select\s+(\S+)", JINJA.sub("", path.read_text()), re.MULTILINE)
+        assert selects and all(s.endswith("source_relation,") for s in selects), path.name
+    status = (TRANSFORM / "models" / "monitor" / "guestdata_account_status.sql").read_text()
+    assert {path.stem for path in STAGING.glob("*.sql")} <= set(re.findall(r"'(stg_\w+)'", status))

@@ -131,27 +131,36 @@ where source_relation not in (select source_relation from {{ ref('stg_guestdata_
 {%- endmacro %}
 
 {#- dbt's delete+insert, except that the batch's tombstones are deleted and not inserted. The
-    same SQL on PostgreSQL and Snowflake (dbt's own delete+insert form). -#}
+    same SQL on PostgreSQL and Snowflake (dbt's own delete+insert form). A mart neither deletes
+    nor inserts a held account's keys: they keep their last good rows (macros/account_status.sql). -#}
 {% macro get_incremental_guestdata_upsert_sql(arg_dict) %}
   {%- set keys = arg_dict['unique_key'] | join(', ') -%}
   {%- set columns = get_quoted_csv(arg_dict['dest_columns'] | map(attribute='name')) -%}
+  {%- set held = held_accounts() if (config.get('meta') or {}).get('guestdata_holds_accounts') else [] -%}
 delete from {{ arg_dict['target_relation'] }}
-where ({{ keys }}) in (select distinct {{ keys }} from {{ arg_dict['temp_relation'] }});
+where ({{ keys }}) in (select distinct {{ keys }} from {{ arg_dict['temp_relation'] }}){{ not_held(held) }};
 insert into {{ arg_dict['target_relation'] }} ({{ columns }})
-select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is_tombstone
+select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is_tombstone{{ not_held(held) }}
 {% endmacro %}
 
 {#- A mart built incrementally (fct_venue_daily, marketing_audience): the model computes the keys
     touched since its last build (mart_since) and emits each of them, a key no longer in the full
-    build as a tombstone; guestdata_upsert replaces exactly those keys. -#}
-{% macro incremental_mart_config(key) %}
+    build as a tombstone; guestdata_upsert replaces exactly those keys. holds_accounts: a held
+    account's keys keep their last good rows (macros/account_status.sql); a staging model built
+    this way (stg_guestdata__guest_reads) holds none. -#}
+{% macro incremental_mart_config(key, holds_accounts=true) %}
+  {%- set post_hook = ["{{ departed_accounts_removed() }}"] -%}
+  {%- if holds_accounts -%}
+    {%- do post_hook.append("{{ held_accounts_first_built_removed() }}") -%}
+  {%- endif -%}
   {{ config(
       materialized='incremental',
       incremental_strategy='guestdata_upsert',
       unique_key=key,
       on_schema_change='ignore',
       tmp_relation_type='transient',
-      post_hook=["{{ departed_accounts_removed() }}"],
+      meta={'guestdata_holds_accounts': holds_accounts},
+      post_hook=post_hook,
   ) }}
 {% endmacro %}
 
@@ -166,8 +175,9 @@ select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is
   greatest(coalesce({{ a }}, {{ b }}), coalesce({{ b }}, {{ a }}))
 {%- endmacro %}
 
-{#- For an incremental mart: the accounts it has no row of yet, or whose account_id or name
-    changed (all their keys are computed again). -#}
+{#- For an incremental mart: the accounts it has no row of yet, whose account_id or name
+    changed, or released from a hold in this build (guestdata_account_status): all their keys
+    are computed again. -#}
 {% macro accounts_new_or_renamed() -%}
     select accounts.source_relation
     from {{ ref('stg_guestdata__account') }} as accounts
@@ -176,4 +186,7 @@ select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is
     where built.source_relation is null
         or built.account_id is distinct from accounts.account_id
         or built.account_name is distinct from accounts.account_name
+        or accounts.source_relation in (
+            select source_relation from {{ ref('guestdata_account_status') }} where is_catching_up
+        )
 {%- endmacro %}

@@ -6,7 +6,7 @@
 ) }}
 {%- set contexts = erasure_contexts() if execute else [] %}
 
-select 'erased on request' as problem, audience.last_visit_at
+select audience.source_relation, 'erased on request' as problem, audience.last_visit_at
 from {{ ref('marketing_audience') }} as audience
 where 1 = 0
 {%- for erasures in contexts %}

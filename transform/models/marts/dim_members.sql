@@ -1,4 +1,5 @@
 {{ incremental_mart_config(['source_relation', 'member_id']) }}
+-- depends_on: {{ ref('guestdata_account_status') }}
 {%- set incremental = is_incremental() %}
 -- depends_on: {{ ref('stg_guestdata__account') }}
 -- One row per member: status, tier, balances and visits as the API gave them, and what the

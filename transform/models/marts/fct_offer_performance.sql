@@ -1,3 +1,4 @@
+-- depends_on: {{ ref('guestdata_account_status') }}
 -- One row per offer: the funnel counted from rewards and redemptions by the rules of the
 -- offer's data.stats (spec 2.12), and the API's offer_stats beside it.
 with offers as (
@@ -52,8 +53,10 @@ api as (
 -- "What a start_date reads"): an offer created in the window has its whole funnel here.
 read_from as (
     {{ accounts_read_from() }}
-)
+),
 
+-- A held account keeps the rows of its last good build (macros/account_status.sql).
+built as (
 select
     offers.source_relation,
     offers.account_id,
@@ -90,3 +93,6 @@ left join redemptions
     on redemptions.source_relation = offers.source_relation
     and redemptions.offer_id = offers.offer_id
 left join api on api.source_relation = offers.source_relation and api.offer_id = offers.offer_id
+)
+
+{{ held_accounts_kept('built') }}

@@ -1,3 +1,4 @@
+-- depends_on: {{ ref('guestdata_account_status') }}
 -- One row per issued reward, with its redemption (the latest, if voided and redeemed again)
 -- and offer, the time to redeem, and the status as the API read it.
 with rewards as (
@@ -15,8 +16,10 @@ redemptions as (
 
 offers as (
     select * from {{ ref('stg_guestdata__offers') }}
-)
+),
 
+-- A held account keeps the rows of its last good build (macros/account_status.sql).
+built as (
 select
     rewards.source_relation,
     rewards.account_id,
@@ -55,3 +58,6 @@ left join redemptions
     and redemptions.newest_first = 1
 left join offers
     on offers.source_relation = rewards.source_relation and offers.offer_id = rewards.offer_id
+)
+
+{{ held_accounts_kept('built') }}

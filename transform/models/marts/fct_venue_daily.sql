@@ -1,4 +1,5 @@
 {{ incremental_mart_config(['source_relation', 'venue_id', 'date']) }}
+-- depends_on: {{ ref('guestdata_account_status') }}
 {%- set incremental = is_incremental() %}
 -- One row per venue and London day over the guest history read (from start_date, if set),
 -- counted from guest rows by the rules of spec 2.4, with the API's own daily_stats beside them

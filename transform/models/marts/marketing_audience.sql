@@ -1,5 +1,6 @@
 -- depends_on: {{ ref('stg_guestdata__account') }}
 {{ incremental_mart_config(['source_relation', 'contact_key']) }}
+-- depends_on: {{ ref('guestdata_account_status') }}
 {{ config(pre_hook="{{ without_nested_loops() }}") }}
 {%- set incremental = is_incremental() %}
 -- One row per person who may be sent marketing now: consent as last read (spec 2.3: the
