@@ -79,7 +79,12 @@ class AccountLoad:
     # A missing connection is an error unless key_variables stand in; False: Meltano's own key
     # stands in too (a single account deployed before connections).
     connection_required: bool = True
-    schema: str | None = None  # its raw schema; None: Meltano's configuration (a single account)
+
+    @property
+    def raw_schema(self) -> str | None:
+        """The raw schema its env gives the loader (None: Meltano's configuration's)."""
+        schemas = (v for k, v in self.env.items() if k.endswith("_DEFAULT_TARGET_SCHEMA"))
+        return next(schemas, None)
 
 
 Resolver = Callable[[str], AccountLoad]
@@ -297,7 +302,7 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
     def record_failed(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
         """Their raw schemas, for the build to hold (its try's XComs: a retry that loads them
         clears the list)."""
-        schemas = [account.schema for account in accounts if account.schema]
+        schemas = [account.raw_schema for account in accounts if account.raw_schema]
         context["ti"].xcom_push(key=FAILED_LOADS, value=schemas)
 
     def publish(self, context: Any, accounts: Sequence[AccountLoad]) -> None:

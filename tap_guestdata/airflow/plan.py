@@ -127,7 +127,6 @@ class AccountsPlan:
             connection_id=account.connection_id,
             # A single account named no connection: Meltano's own key may still be the one.
             connection_required=not self.single or self.config.connection_id is not None,
-            schema=None if self.single else account.schema,
         )
 
     @property

@@ -204,7 +204,6 @@ def test_a_single_account_is_a_plan_of_one_loaded_in_one_meltano_run(
         # Its connection if it exists, else Meltano's own key (no connection_id setting).
         "connection_id": "guestdata_default",
         "connection_required": False,
-        "schema": None,  # Meltano's configuration
     }
 
 
@@ -344,7 +343,6 @@ def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
             "build": True,
             "connection_id": None,  # the build reads no key
             "connection_required": True,
-            "schema": None,
         }
     ]
     assert task["pool"] == "default_pool", "no API calls: not in the queue's pool"
@@ -416,7 +414,6 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
                 "build": True,  # harbour and quay load every group
                 "connection_id": None,  # the build reads no key
                 "connection_required": True,
-                "schema": None,
             }
         ]
     # northgate's own DAG loads rewards alone; its run still builds every account's models

@@ -77,8 +77,12 @@ def test_a_failed_load_reaches_the_build_and_a_held_build_fails_without_retry(
     xcoms: dict[tuple[str, str], list[Any]] = {}
     # A load task of two accounts, one of which fails: its schema goes to XCom.
     load = GuestDataLoadOperator(task_id="load", accounts=[], project_root=str(tmp_path))
-    harbour = AccountLoad("harbour", (MeltanoRun(("account",)),), schema="guestdata_harbour")
-    quay = AccountLoad("quay", (MeltanoRun(("account",)),))  # a single account: no schema
+    harbour = AccountLoad(
+        "harbour",
+        (MeltanoRun(("account",)),),
+        env={"TARGET_POSTGRES_DEFAULT_TARGET_SCHEMA": "guestdata_harbour"},
+    )
+    quay = AccountLoad("quay", (MeltanoRun(("account",)),))  # Meltano's own schema: not named
     ti = TaskInstance(xcoms)
     load.record_failed({"ti": ti}, [harbour, quay])
     ti.xcoms[("q2.accounts.load", FAILED_LOADS)] = ti.xcoms.pop(("t", FAILED_LOADS))
