@@ -26,6 +26,9 @@ pytestmark = pytest.mark.airflow
 # Says what dbt was told, then ends as a build that held them would (or fails otherwise).
 FAKE_BUILD = """#!/bin/bash
 echo "failed loads: ${GUESTDATA_FAILED_LOADS:-none}"
+for _ in 1 2; do  # dbt says it twice: as it ends, and in its summary
+  echo "Done. PASS=109 WARN=1 ERROR=${FAKE_ERRORS:-0} SKIP=0 NO-OP=0 TOTAL=110"
+done
 if [ "$FAKE_HELD" = 1 ]; then
   echo "Compilation Error: GUESTDATA ACCOUNTS HELD: ${GUESTDATA_FAILED_LOADS} (why: the status)"
 fi
@@ -90,10 +93,14 @@ def test_a_failed_load_reaches_the_build_and_a_held_build_fails_without_retry(
 
     with pytest.raises(AirflowFailException, match="held accounts: guestdata_harbour,guestdata_"):
         build(tmp_path, monkeypatch, xcoms, held=True, code=1)
-    # A build that failed for another reason (the warehouse away) is retried as before.
-    with pytest.raises(AirflowException) as raised:
-        build(tmp_path, monkeypatch, xcoms, held=False, code=1)
-    assert not isinstance(raised.value, AirflowFailException)
+    # A build that failed for another reason (the warehouse away) is retried as before, and so
+    # is one that held accounts and also had an error of its own.
+    for held, errors in ((False, "0"), (True, "1")):
+        monkeypatch.setenv("FAKE_ERRORS", errors)
+        with pytest.raises(AirflowException) as raised:
+            build(tmp_path, monkeypatch, xcoms, held=held, code=1)
+        assert not isinstance(raised.value, AirflowFailException)
+    monkeypatch.setenv("FAKE_ERRORS", "0")
     # With no failed load, dbt is told none; with some, the task's log names them.
     assert "failed loads: none" in build(tmp_path, monkeypatch, {}, held=False, code=0)
     lines = build(tmp_path, monkeypatch, xcoms, held=False, code=0)
