@@ -6,7 +6,7 @@
 - `processes`: started in sessions of their own, ended by group, found by their marker;
 - `network`: the bridge, a namespace and address per worker, the forwarders;
 - `services`: the PostgreSQL databases, the Redis db, the sandbox;
-- `deploy`: the project copy and its plugins, the accounts and Variables, the shared secrets;
+- `deploy`: the project copy and its plugins, the accounts and connections, the shared secrets;
 - `rest`: Airflow's REST API (`Rest`);
 - `stack`: up, the workers, down.
 """

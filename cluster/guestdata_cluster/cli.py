@@ -1,6 +1,7 @@
 """`scripts/cluster`: the accounts DAG on a real Airflow CeleryExecutor, one address per worker.
 
-    scripts/cluster up [--workers 2] [--api-url URL] [--accounts FILE --variables FILE]
+    scripts/cluster up [--workers 2] [--api-url URL] [--accounts FILE]
+                       [--connections FILE] [--variables FILE]
                        [--postgres-url URL] [--redis-url URL] [--no-models]
                        [--env NAME=VALUE ...] [...]
     scripts/cluster status          what runs, where, and whether it answers
@@ -26,8 +27,12 @@ What `up` makes (docs/scale-out.md), all named after `--name` (default `gdc`):
   dbt-postgres included: each DAG run ends with one dbt_build of every account's models into
   the warehouse's `guestdata_analytics` (`--no-models`: the loads alone);
 - api-server (bound to the bridge address), scheduler, dag-processor, then the workers;
-- a pool per queue (5 slots: concurrency, not rate) and the keys as Airflow Variables, through
-  the REST API; the tap's shared rate budget in the broker's Redis db (`rate_budget_store`).
+- a pool per queue (5 slots: concurrency, not rate), and through the REST API (no file) the
+  Airflow connections: each account's `guestdata` one (`guestdata_<name>`: its keys; the default
+  accounts', or `--connections`), and the warehouse's `postgres` one (`guestdata_warehouse`,
+  which a `--connections` entry of that id amends); the workers' environment holds no key and no
+  warehouse credential. `--variables`: keys as Airflow Variables (the old way). The tap's shared
+  rate budget in the broker's Redis db (`rate_budget_store`).
 Without `--api-url` it also starts the sandbox (every account, real limits); an API on the
 host's loopback is reached from each namespace through a forwarder on the namespace's own
 127.0.0.1 (the tap sends a key over plain http only to a loopback host).
@@ -42,11 +47,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 
-from guestdata_cluster.deploy import default_accounts, write_shared_secrets
+from guestdata_cluster.deploy import account_connections, default_accounts, write_shared_secrets
 from guestdata_cluster.network import require_namespaces
 from guestdata_cluster.processes import alive, say
 from guestdata_cluster.rest import Rest, task_label
@@ -126,12 +132,17 @@ def up(args: argparse.Namespace) -> int:
     (home / "logs").mkdir(exist_ok=True)
     (home / "airflow").mkdir(exist_ok=True)
     write_shared_secrets(home)
+    variables = json.loads(Path(args.variables).read_text()) if args.variables else {}
+    connections: dict[str, Any] = {}
     if args.accounts:
         accounts = json.loads(Path(args.accounts).read_text())
-        variables = json.loads(Path(args.variables).read_text()) if args.variables else {}
-    else:
-        accounts, variables = default_accounts(args.groups.split(",") if args.groups else None)
-    up_cluster(cluster, accounts, variables, None if args.api_url else args.sandbox_port)
+    else:  # the sandbox's keys in their accounts' connections, as a deployment holds them
+        accounts, keys = default_accounts(args.groups.split(",") if args.groups else None)
+        connections = account_connections(accounts, keys, cluster.api_url)
+    if args.connections:
+        connections.update(json.loads(Path(args.connections).read_text()))
+    sandbox_port = None if args.api_url else args.sandbox_port
+    up_cluster(cluster, accounts, variables, sandbox_port, connections)
     say(f"up in {time.monotonic() - started:.1f} s: {cluster.rest_url} (logs: {home}/logs)")
     return 0
 
@@ -213,7 +224,12 @@ def parser() -> argparse.ArgumentParser:
     make.add_argument("--api-url", help="the API's base URL; default: a sandbox of its own")
     make.add_argument("--sandbox-port", type=int, default=8787)
     make.add_argument("--accounts", help="the accounts JSON (default: the sandbox's three)")
-    make.add_argument("--variables", help="JSON {variable: key} of the accounts' keys")
+    make.add_argument(
+        "--connections",
+        help="JSON {conn_id: connection} (Airflow's JSON form): the accounts' guestdata "
+        "connections; a guestdata_warehouse entry amends the warehouse's",
+    )
+    make.add_argument("--variables", help="JSON {variable: key}: keys as Variables (the old way)")
     make.add_argument("--groups", help="stream groups of the default accounts, e.g. core,members")
     make.add_argument("--time-scale", type=float, default=1.0, help="the sandbox's minute")
     make.add_argument(

@@ -1,5 +1,6 @@
 """What a deploy puts in place: the Meltano project on the workers with its plugins installed,
-the accounts and their keys' Variables, and the secrets every Airflow process shares."""
+the accounts and the Airflow connections of their keys and of the warehouse (or, the old way,
+the keys' Variables), and the secrets every Airflow process shares."""
 
 from __future__ import annotations
 
@@ -89,6 +90,45 @@ def default_accounts(groups: Sequence[str] | None) -> tuple[dict[str, Any], dict
         accounts.append(entry)
         variables.update(zip(names, keys, strict=True))
     return {"accounts": accounts}, variables
+
+
+def account_connections(
+    document: Mapping[str, Any], variables: Mapping[str, str], api_url: str
+) -> dict[str, dict[str, Any]]:
+    """Each account's `guestdata` connection (its `connection`, default `guestdata_<name>`), in
+    Airflow's JSON form: the keys its Variables name (the first as the password, the others in
+    extra `api_keys`) and the API's base URL."""
+    connections = {}
+    for account in parse_config(json.dumps(dict(document))).accounts:
+        keys = [variables[name] for name in account.key_variables]
+        connections[account.connection_id] = {
+            "conn_type": "guestdata",
+            "password": keys[0],
+            "extra": {"api_keys": keys[1:], "base_url": api_url},
+        }
+    return connections
+
+
+def warehouse_connection(
+    cluster: Cluster, given: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The warehouse's `postgres` connection: the cluster's warehouse database, with `given`'s
+    fields (a `guestdata_warehouse` entry of `up --connections`) over it. A server that trusts
+    its clients needs no password, but the connection has one (warehouse.py requires it)."""
+    connection = {**cluster.warehouse_connection(), **(given or {})}
+    connection["password"] = connection.get("password") or secrets.token_urlsafe(18)
+    return connection
+
+
+def create_connections(rest: Any, connections: Mapping[str, Mapping[str, Any]]) -> None:
+    """Airflow connections (JSON form by id) in the metadata database, through the REST API:
+    nothing of them is written to a file."""
+    for conn_id, connection in connections.items():
+        body = {"connection_id": conn_id, **connection}
+        extra = body.get("extra")
+        if extra is not None and not isinstance(extra, str):
+            body["extra"] = json.dumps(extra)  # the REST API takes extra as text
+        rest.call("POST", "/connections", json=body)
 
 
 def write_accounts(cluster: Cluster, document: dict[str, Any]) -> None:

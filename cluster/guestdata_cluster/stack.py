@@ -9,10 +9,16 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guestdata_cluster.deploy import deploy_project, write_accounts
+from guestdata_cluster.deploy import (
+    create_connections,
+    deploy_project,
+    warehouse_connection,
+    write_accounts,
+)
 from guestdata_cluster.network import (
     forward_api_in_namespace,
     forward_services,
@@ -38,7 +44,14 @@ from guestdata_cluster.services import (
     server,
     start_sandbox,
 )
-from guestdata_cluster.state import DAG_ID, VENV_BIN, Cluster, ClusterError, redacted
+from guestdata_cluster.state import (
+    DAG_ID,
+    VENV_BIN,
+    WAREHOUSE_CONNECTION,
+    Cluster,
+    ClusterError,
+    redacted,
+)
 from tap_guestdata.airflow.accounts import parse_config, pools
 
 
@@ -47,9 +60,16 @@ def up_cluster(
     accounts: dict[str, Any],
     variables: dict[str, str],
     sandbox_port: int | None,
+    connections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """Network, forwarders, databases, the sandbox (`sandbox_port`: one of its own), the
-    deployed project, Airflow, pools and Variables, then the workers; on any failure, `down`."""
+    deployed project, Airflow, pools, the connections (the accounts' `connections`, and the
+    warehouse's, which a `guestdata_warehouse` entry there amends) and Variables, then the
+    workers; on any failure, `down`."""
+    connections = dict(connections or {})
+    connections[WAREHOUSE_CONNECTION] = warehouse_connection(
+        cluster, connections.get(WAREHOUSE_CONNECTION)
+    )
     cluster.save()
     try:
         write_accounts(cluster, accounts)
@@ -88,7 +108,8 @@ def up_cluster(
                 "/pools",
                 json={"name": pool, "slots": cluster.slots, "description": "tasks at once"},
             )
-        for key, value in variables.items():
+        create_connections(rest, connections)
+        for key, value in variables.items():  # the old way: keys in Variables
             rest.call("POST", "/variables", json={"key": key, "value": value})
         for worker in range(1, cluster.workers + 1):
             say(f"worker {worker}: queue {cluster.queue(worker)} at {cluster.address(worker)}")

@@ -11,6 +11,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from tap_guestdata.airflow.accounts import TASKS_PER_QUEUE
@@ -28,6 +29,9 @@ LOCAL_POSTGRES = f"postgresql://postgres@127.0.0.1:{PG_PORT}"
 LOCAL_REDIS = f"redis://127.0.0.1:{REDIS_PORT}"
 DEFAULT_REDIS_DB = 7
 DATABASE_ROLES = ("airflow", "meltano", "warehouse")  # <name>_<role>: metadata, state, rows
+# The `postgres` Airflow connection of the warehouse (tap_guestdata/airflow/warehouse.py): every
+# load and build reads its credentials there, not from the workers' environment.
+WAREHOUSE_CONNECTION = "guestdata_warehouse"
 
 
 class ClusterError(RuntimeError):
@@ -145,6 +149,19 @@ class Cluster:
         database = self.postgres.path.strip("/") or "postgres"
         return with_host(self.postgres, None, "postgresql", f"/{database}")
 
+    def warehouse_connection(self) -> dict[str, Any]:
+        """The warehouse as an Airflow `postgres` connection (its JSON form), as the workers
+        reach it: through the bridge. The server's password, if its URL has one."""
+        postgres = self.postgres
+        return {
+            "conn_type": "postgres",
+            "host": self.gateway,
+            "port": port_of(postgres),
+            "login": unquote(postgres.username or ""),
+            "password": unquote(postgres.password or ""),
+            "schema": self.database("warehouse"),  # Airflow's postgres connection: the database
+        }
+
     def broker_url(self, via: str | None = None) -> str:
         """The Redis db; `via`: the bridge address a namespace reaches it through."""
         return with_host(self.redis, via, self.redis.scheme, self.redis.path)
@@ -213,7 +230,6 @@ class Cluster:
         """The DAG's settings and the Meltano project's, for the dag-processor and workers;
         `via` as for `airflow_env`."""
         window = 60.0 * self.time_scale
-        postgres = self.postgres
         env = {
             "GUESTDATA_PROJECT_ROOT": str(self.project),
             "GUESTDATA_MELTANO_BIN": str(VENV_BIN / "meltano"),
@@ -232,12 +248,9 @@ class Cluster:
             # One rate budget for every worker (spec 8), in the broker's Redis; each task names
             # its queue as its address (the DAG sets TAP_GUESTDATA_RATE_BUDGET_ADDRESS).
             "TAP_GUESTDATA_RATE_BUDGET_STORE": self.broker_url(via),
-            # The warehouse (target-postgres, and dbt-postgres: it shares the namespace).
-            "TARGET_POSTGRES_HOST": via or host_of(postgres),
-            "TARGET_POSTGRES_PORT": str(port_of(postgres)),
-            "TARGET_POSTGRES_USER": unquote(postgres.username or ""),
-            "TARGET_POSTGRES_PASSWORD": unquote(postgres.password or ""),
-            "TARGET_POSTGRES_DATABASE": self.database("warehouse"),
+            # The warehouse (target-postgres, the pg-types step and dbt-postgres): its Airflow
+            # connection, which `up` creates; no credential of it in any worker's environment.
+            "GUESTDATA_WAREHOUSE_CONNECTION_ID": WAREHOUSE_CONNECTION,
             "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         }
         if self.time_scale != 1.0:  # the sandbox's scaled minute: the tap keeps to it

@@ -43,6 +43,9 @@ SETTINGS: dict[str, str] = {
     # the Variables of api_key_variables (the old way), else Meltano's own key.
     "connection_id": "",
     "api_key_variables": "",
+    # The warehouse's Airflow connection (postgres or snowflake, warehouse.py) for every load
+    # and build; empty: the workers' TARGET_POSTGRES_* / TARGET_SNOWFLAKE_* environment.
+    "warehouse_connection_id": "",
     # Ignored: the shared rate budget replaced the cool-down; kept so DAG files that set it
     # still parse.
     "key_cooldown_seconds": "0",
@@ -183,6 +186,7 @@ class PipelineConfig:
     transform_timeout: timedelta
     queue: str | None
     accounts: AccountsConfig | None = None
+    warehouse_connection_id: str = ""  # "": the workers' environment holds the warehouse's
 
     @classmethod
     def load(cls, read: Reader = read_setting) -> PipelineConfig:
@@ -213,6 +217,7 @@ class PipelineConfig:
             transform_timeout=timedelta(minutes=float(read("transform_timeout_minutes"))),
             queue=read("queue") or None,
             accounts=load_accounts(read("accounts"), root),
+            warehouse_connection_id=read("warehouse_connection_id"),
         )
 
 

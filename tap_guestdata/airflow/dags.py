@@ -16,7 +16,8 @@ The DAGs of an accounts plan (accounts.py); a single account is a plan of one:
   the loads publish: every daily group loaded, or the weekly refresh.
 
 Every load publishes its account's asset (`guestdata_raw_<account>`; a single account's: one
-per stream group, `guestdata_raw_<group>`), through the alias `guestdata_raw`. Pools (one per
+per stream group, `guestdata_raw_<group>`) and one per raw table it wrote, through the alias
+`guestdata_raw`; the build, `guestdata_models` and one per model (lineage.py). Pools (one per
 queue, `guestdata_<queue>`) bound how many tasks a queue runs at once; the tap's shared rate
 budget keeps spec 8's limits. Settings: config.py.
 """
@@ -53,6 +54,7 @@ from tap_guestdata.airflow.accounts import (
 from tap_guestdata.airflow.config import PipelineConfig, settings_reader
 from tap_guestdata.airflow.operators import (
     EXTRACTOR,
+    MODELS_ALIAS,
     MODELS_ASSET,
     RESOLVERS,
     GuestDataLoadOperator,
@@ -118,6 +120,7 @@ def queue_group(
                 env=env,
                 full_refresh=refresh,
                 reloadable=not refresh,
+                warehouse_conn_id=config.warehouse_connection_id or None,
                 pool=queue_pool(queue),
                 weight_rule=DAILY_RUNS_FIRST,  # a backfill's tasks yield the pool to the daily's
                 execution_timeout=timeout,
@@ -147,9 +150,10 @@ def models_build(plan: AccountsPlan, dag_id: str, queues: Sequence[TaskGroup]) -
         unmodelled=plan.outside_models(),
         load_task_ids=[f"{group.group_id}.accounts.load" for group in queues],
         blocks=config.transform,
+        warehouse_conn_id=config.warehouse_connection_id or None,
         trigger_rule=TriggerRule.ALL_DONE,
         execution_timeout=config.transform_timeout,
-        outlets=[MODELS_ASSET],
+        outlets=[MODELS_ASSET, MODELS_ALIAS],
         doc_md=BUILD_DOC,
         **meltano_arguments(config),
         # The first queue's workers (they have the project); no API call: Airflow's pool.
@@ -279,8 +283,9 @@ def plan_dags(plan: AccountsPlan, accounts: AccountsConfig) -> list[DAG]:
                 task_id="dbt_build",
                 accounts=[plan.models(TRANSFORM_DAG_ID)],
                 blocks=config.transform,
+                warehouse_conn_id=config.warehouse_connection_id or None,
                 execution_timeout=config.transform_timeout,
-                outlets=[MODELS_ASSET],
+                outlets=[MODELS_ASSET, MODELS_ALIAS],
                 doc_md=BUILD_DOC,
                 **meltano_arguments(config),
                 **queue_argument(config.queue or DEFAULT_QUEUE),

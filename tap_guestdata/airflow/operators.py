@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Variable
@@ -39,7 +42,20 @@ from tap_guestdata.airflow.config import flag
 from tap_guestdata.airflow.connection import account_credentials
 from tap_guestdata.airflow.connection import api_key as api_key  # its old home: DAGs import it
 from tap_guestdata.airflow.hooks import MeltanoHook
+from tap_guestdata.airflow.lineage import (
+    BuiltModels,
+    LoadedAccount,
+    StreamCounts,
+    Warehouse,
+    built_models,
+    load_lineage,
+    loaded_tables,
+    models_lineage,
+    raw_schema_of,
+    warehouse_of,
+)
 from tap_guestdata.airflow.reload import Reload, reload_of
+from tap_guestdata.airflow.warehouse import WarehouseCredentials, warehouse_env
 
 EXTRACTOR = "tap-guestdata"
 FAILED_LOADS = "failed_loads"  # the XCom of a load task's failed accounts' raw schemas
@@ -47,6 +63,8 @@ FAILED_LOADS = "failed_loads"  # the XCom of a load task's failed accounts' raw 
 HELD_MARKER = "GUESTDATA ACCOUNTS HELD:"
 DBT_ERRORS = re.compile(r"Done\. PASS=\d+ WARN=\d+ ERROR=(\d+)")
 RAW_ALIAS = AssetAlias(name="guestdata_raw", group="guestdata")  # what every load publishes
+# The build's models, one Asset per table (lineage.py), beside the one `guestdata_models`.
+MODELS_ALIAS = AssetAlias(name="guestdata_model_tables", group="guestdata")
 
 
 def raw_asset(key: str) -> Asset:
@@ -103,7 +121,7 @@ class GuestDataAccountsOperator(BaseOperator):
     account_verb: ClassVar[str] = "load"
     # Rendered first thing on the worker: a mapped task's names are resolved there; a run's
     # params can set the rest (`{{ params.... }}`).
-    template_fields: Sequence[str] = ("accounts", "env", "blocks")
+    template_fields: Sequence[str] = ("accounts", "env", "blocks", "warehouse_conn_id")
 
     def __init__(
         self,
@@ -114,6 +132,7 @@ class GuestDataAccountsOperator(BaseOperator):
         environment: str = "prod",
         blocks: Sequence[str] = (EXTRACTOR, "target-postgres"),
         env: Mapping[str, str] | None = None,
+        warehouse_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -124,6 +143,9 @@ class GuestDataAccountsOperator(BaseOperator):
         # A string is one template (split into blocks once rendered, in execute).
         self.blocks: list[str] | str = blocks if isinstance(blocks, str) else list(blocks)
         self.env = dict(env or {})
+        # The warehouse's connection (warehouse.py); None: the worker's TARGET_* environment.
+        self.warehouse_conn_id = warehouse_conn_id
+        self.warehouse_credentials: WarehouseCredentials | None = None  # read in execute
         self.hook: MeltanoHook | None = None
 
     @property
@@ -141,6 +163,9 @@ class GuestDataAccountsOperator(BaseOperator):
             raise AirflowException(f"account {account!r}: unknown to DAG {self.dag_id}") from None
 
     def execute(self, context: Any) -> list[str]:
+        if self.warehouse_conn_id:  # once per task, before any account: every run shares it
+            self.warehouse_credentials = warehouse_env(self.warehouse_conn_id)
+            self.log.info("warehouse: credentials from connection %s", self.warehouse_conn_id)
         if isinstance(self.blocks, str):  # rendered from one template: space-separated
             self.blocks = self.blocks.split()
         accounts = [self.resolve(account) for account in self.accounts]
@@ -192,9 +217,35 @@ class GuestDataAccountsOperator(BaseOperator):
     def record_failed(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
         """What the run should know of the accounts that failed (nothing by default)."""
 
+    def account_env(self, account: AccountLoad, more: Mapping[str, str]) -> dict[str, str]:
+        """What an account's Meltano run gets on top of the worker's environment. The
+        warehouse's connection is under the account's env: its own schema beats it."""
+        warehouse = self.warehouse_credentials.env if self.warehouse_credentials else {}
+        return {**self.env, **warehouse, **account.env, **more}
+
+    def run_env(self, account: AccountLoad, **more: str) -> dict[str, str]:
+        """The environment an account's Meltano run sees (the worker's underneath)."""
+        return {**os.environ, **self.account_env(account, more)}
+
+    @property
+    def snowflake(self) -> bool:
+        """The blocks load into (or build on) Snowflake."""
+        return any("snowflake" in block for block in self.blocks)
+
+    def warehouse(self, env: Mapping[str, str]) -> Warehouse | None:
+        """Where its tables are, for lineage and Assets; None (with a warning) when the run's
+        environment does not say (Meltano's own configuration holds the host)."""
+        warehouse = warehouse_of(env, snowflake=self.snowflake)
+        if warehouse is None:
+            self.log.warning(
+                "lineage: no warehouse host and database in the environment (a warehouse "
+                "connection, or TARGET_* variables); no table Assets or OpenLineage outputs"
+            )
+        return warehouse
+
     def meltano(self, account: AccountLoad, blocks: Sequence[str], **run: Any) -> int:
         assert self.hook is not None
-        env = {**self.env, **account.env, **run.pop("env", {})}
+        env = self.account_env(account, run.pop("env", {}))
         return self.hook.run(blocks, env=env, log=self.log, **run)
 
 
@@ -224,6 +275,7 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
         super().__init__(**kwargs)
         self.full_refresh = full_refresh
         self.reloadable = reloadable
+        self.loaded: dict[str, LoadedAccount] = {}  # this try's, for Assets and lineage
 
     def run_account(self, account: AccountLoad, context: Any) -> str:
         credentials = account_credentials(
@@ -241,9 +293,10 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
             if credentials.base_url:  # the connection's host: over the account's base_url
                 env["TAP_GUESTDATA_BASE_URL"] = credentials.base_url
         retry = int(context["ti"].try_number) > 1
+        counts = StreamCounts()  # from the tap's summary lines, every run of the account
 
         def one(run: MeltanoRun) -> str:
-            return self.run_streams(account, run, context, env, retry=retry)
+            return self.run_streams(account, run, context, env, counts, retry=retry)
 
         if len(account.runs) == 1:
             outcomes = [one(account.runs[0])]
@@ -252,7 +305,25 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
                 outcomes = list(pool.map(one, account.runs))
         if "failed" in outcomes:
             return "failed"
-        return "skipped" if set(outcomes) == {"skipped"} else "success"
+        if set(outcomes) == {"skipped"}:
+            return "skipped"
+        self.record_loaded(account, self.run_env(account, **env), counts)
+        return "success"
+
+    def record_loaded(
+        self, account: AccountLoad, env: Mapping[str, str], counts: StreamCounts
+    ) -> None:
+        """What the account's runs wrote: its raw tables and their rows (lineage.py)."""
+        warehouse = self.warehouse(env)
+        if warehouse is None:
+            return
+        schema = account.raw_schema or raw_schema_of(env, snowflake=self.snowflake)
+        self.loaded[account.name] = LoadedAccount(
+            name=account.name,
+            api=env.get("TAP_GUESTDATA_BASE_URL") or "guestdata://api",
+            tables=loaded_tables(warehouse, schema, counts),
+            records=dict(counts.records),
+        )
 
     def run_streams(
         self,
@@ -260,6 +331,7 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
         run: MeltanoRun,
         context: Any,
         env: Mapping[str, str],
+        counts: StreamCounts,
         *,
         retry: bool,
     ) -> str:
@@ -287,7 +359,12 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
             # and refuses the state id until then; the retry takes it over.
             options.append("--force")
         code = self.meltano(
-            account, self.blocks, label=suffix or "default", options=options, env=run_env
+            account,
+            self.blocks,
+            label=suffix or "default",
+            options=options,
+            env=run_env,
+            on_line=counts.watch,
         )
         return "success" if code == 0 else "failed"
 
@@ -309,10 +386,23 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
         context["ti"].xcom_push(key=FAILED_LOADS, value=schemas)
 
     def publish(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
+        """Each account's asset (or its groups') and one per raw table it wrote."""
         events = context["outlet_events"][RAW_ALIAS]
         for account in accounts:
             for key in account.assets:
                 events.add(raw_asset(key))
+            loaded = self.loaded.get(account.name)
+            for stream, table in (loaded.tables if loaded else {}).items():
+                rows = loaded.records.get(stream, 0) if loaded else 0
+                events.add(table.asset(), extra={"account": account.name, "rows": rows})
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The OpenLineage provider's: the API endpoints read, the raw tables written."""
+        return load_lineage(self.loaded.values())
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """The accounts that did load before the task failed (a failed one wrote a part)."""
+        return self.get_openlineage_facets_on_complete(task_instance)
 
 
 class GuestDataModelsOperator(GuestDataAccountsOperator):
@@ -329,9 +419,11 @@ class GuestDataModelsOperator(GuestDataAccountsOperator):
     def __init__(
         self, *, unmodelled: Sequence[str] = (), load_task_ids: Sequence[str] = (), **kwargs: Any
     ) -> None:
+        kwargs.setdefault("outlets", [MODELS_ASSET, MODELS_ALIAS])
         super().__init__(**kwargs)
         self.unmodelled = list(unmodelled)
         self.load_task_ids = list(load_task_ids)
+        self.models: BuiltModels | None = None  # from dbt's run_results.json, once built
 
     def failed_loads(self, context: Any) -> list[str]:
         """The raw schemas whose load failed in this run (every map index of every load task)."""
@@ -367,12 +459,43 @@ class GuestDataModelsOperator(GuestDataAccountsOperator):
                 held.append(line.split(HELD_MARKER, 1)[1].strip())
             errors.extend(DBT_ERRORS.findall(line))
 
+        started = time.time()
         code = self.meltano(
             account, self.blocks, label=f"{account.name}-models", env=env, on_line=watch
         )
+        self.read_run_results(account, started)
         if code != 0 and held and set(errors) == {"0"}:
             raise AirflowFailException(f"the build held accounts: {held[-1]}")
         return "success" if code == 0 else "failed"
+
+    def read_run_results(self, account: AccountLoad, started: float) -> None:
+        """The models this build wrote and the raw tables they read (dbt's run_results.json,
+        in the dbt project's target path: meltano.yml's DBT_PROJECT_DIR, transform/)."""
+        env = self.run_env(account)
+        project = Path(env.get("DBT_PROJECT_DIR") or Path(self.project_root) / "transform")
+        results = project / env.get("DBT_TARGET_PATH", "target") / "run_results.json"
+        if not results.is_file() or results.stat().st_mtime < started:
+            self.log.warning("lineage: this build wrote no %s", results)
+            return
+        warehouse = self.warehouse(env)
+        if warehouse is not None:
+            self.models = built_models(results, warehouse)
+
+    def publish(self, context: Any, accounts: Sequence[AccountLoad]) -> None:
+        """One Asset event per model table built (`guestdata_models` is the outlet's own)."""
+        if self.models is None or MODELS_ALIAS not in self.outlets:
+            return
+        events = context["outlet_events"][MODELS_ALIAS]
+        for table in self.models.built:
+            events.add(table.asset())
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The OpenLineage provider's: the raw tables read, the models built."""
+        return models_lineage(self.models or BuiltModels([], [], {}))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """A failed build still built some models (a held account's build fails at its end)."""
+        return self.get_openlineage_facets_on_complete(task_instance)
 
 
 class DoneRecord:

@@ -12,7 +12,8 @@ in for, is otherwise the same).
 
 stdout's last line: for one run `{"dag_id", "state", "seconds", "run_type", "data_interval":
 [start, end], "tasks": {id: state}, "accounts": {label: {task: state}}, "assets_published":
-[names], "variables": [the keys of Airflow's Variables after the run]}`, where `tasks` are
+[names], "variables": [the keys of Airflow's Variables after the run], "asset_triggered":
+[the DAGs the scheduler would now start because of asset events]}`, where `tasks` are
 the unmapped task instances and `accounts` the state of each account's mapped tasks (its
 batch's) by the last part of their task id (`load`, `dbt_build`),
 and `labels` what Airflow shows for each batch (`<account>, <account>.<task>`: the rendered map
@@ -24,6 +25,7 @@ Exit status 0 when every run succeeded.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -32,11 +34,15 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+# The test's DAGs folder (a user's DAGs beside this repository's), else this repository's.
+DAGS_FOLDER = Path(
+    os.environ.get("AIRFLOW__CORE__DAGS_FOLDER") or Path(__file__).resolve().parents[2] / "dags"
+)
 
 
 def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
     from airflow.models.asset import AssetEvent
+    from airflow.models.dag import DagModel
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.variable import Variable
     from airflow.utils.session import create_session
@@ -66,6 +72,10 @@ def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
             event.asset.name for event in events if event.source_run_id == dag_run.run_id
         )
         variables = sorted(variable.key for variable in session.query(Variable))
+        # The scheduler's own question: which DAGs' asset conditions hold now.
+        _, triggered = DagModel.dags_needing_dagruns(session)
+        asset_triggered = sorted(triggered)
+        session.rollback()  # it locks the rows it read
     return {
         "dag_id": dag_id,
         "state": str(dag_run.state),
@@ -77,6 +87,7 @@ def outcome(dag_id: str, dag_run: Any, seconds: float) -> dict[str, Any]:
         "labels": labels,
         "assets_published": published,
         "variables": variables,
+        "asset_triggered": asset_triggered,
     }
 
 

@@ -15,18 +15,33 @@ Then the run's one `dbt build` (after every load, the revoked one's failure incl
 every account's models into one schema: each loaded account's `fct_venue_daily` equals its
 truth; the revoked account, never loaded, is not in them; saltmarsh, loaded outside the
 `guestdata_` schemas, is not either, and the build's log says so. The run fails (its load did).
+
+The same run, with the OpenLineage provider's file transport, is the lineage test: every
+task's events rebuild from openlineage-python's classes; each account's endpoints lead to its
+raw tables (schema facet, rows), and its raw tables to every mart. docs/airflow-lineage.md's
+example DAG, scheduled on `fct_venue_daily`'s Asset, is then due to run.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from dag_testing import DAG_TEST_PYTEST_TIMEOUT, Airflow, AirflowFactory, demo_pipeline, state_ids
+from dag_testing import (
+    DAG_TEST_PYTEST_TIMEOUT,
+    DAGS_FOLDER,
+    PROJECT_ROOT,
+    Airflow,
+    AirflowFactory,
+    demo_pipeline,
+    state_ids,
+)
 from guestdata_sandbox.accounts import (
     LIMITED_ACCESS_KEY,
     NO_REWARDS_PLAN_KEY,
@@ -36,6 +51,7 @@ from guestdata_sandbox.accounts import (
 )
 from guestdata_sandbox.testing import SandboxProcess
 from support.streams import assert_tables_equal_truth, truth_today
+from tap_guestdata.airflow.lineage import json_schema
 
 pytestmark = [pytest.mark.airflow, DAG_TEST_PYTEST_TIMEOUT]
 
@@ -112,9 +128,42 @@ def sandbox(module_sandbox: SandboxProcess) -> SandboxProcess:
     return module_sandbox  # this module's own small sandbox (tests/conftest.py)
 
 
+MARTS = sorted(path.stem for path in (PROJECT_ROOT / "transform/models/marts").glob("*.sql"))
+EXAMPLE_DAG_ID = "venue_daily_report"
+
+
+def example_dag(database: str) -> str:
+    """docs/airflow-lineage.md's DAG scheduled on fct_venue_daily, on this test's warehouse."""
+    page = (PROJECT_ROOT / "docs/airflow-lineage.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)\n```", page, re.DOTALL)
+    assert "warehouse.internal:5432/analytics/" in block
+    return block.replace("warehouse.internal:5432/analytics/", f"127.0.0.1:5432/{database}/")
+
+
 @pytest.fixture(scope="module")
-def airflow(sandbox: SandboxProcess, airflow_for: AirflowFactory) -> Airflow:
+def lineage_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("openlineage") / "events.jsonl"
+
+
+@pytest.fixture(scope="module")
+def airflow(
+    sandbox: SandboxProcess,
+    airflow_for: AirflowFactory,
+    database: str,
+    lineage_file: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Airflow:
+    # This repository's DAG file beside a user's DAG scheduled on a mart.
+    dags = tmp_path_factory.mktemp("dags")
+    (dags / "guestdata_meltano.py").symlink_to(DAGS_FOLDER / "guestdata_meltano.py")
+    (dags / "venue_daily_report.py").write_text(example_dag(database))
     settings = {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "guestdata_test",
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(lineage_file), "append": True}
+        ),
         "GUESTDATA_ACCOUNTS": json.dumps(accounts_document(sandbox.base_url)),
         **key_variables(),
         "AIRFLOW__CORE__MAX_MAP_LENGTH": str(MAX_MAP_LENGTH),
@@ -134,7 +183,11 @@ def tables_in(database_url: str, schema: str) -> set[str]:
 
 
 def test_accounts_load_in_batches_and_a_revoked_key_fails_only_its_account(
-    airflow: Airflow, sandbox: SandboxProcess, database_url: str
+    airflow: Airflow,
+    sandbox: SandboxProcess,
+    database_url: str,
+    database: str,
+    lineage_file: Path,
 ) -> None:
     sandbox.clear_requests()
     run = airflow.dag_test("guestdata_meltano", check=False)
@@ -219,6 +272,9 @@ def test_accounts_load_in_batches_and_a_revoked_key_fails_only_its_account(
     assert set(keys_used) == {key for keys in KEYS.values() for key in keys}
     assert OWNER_KEYS[1] not in airflow.output()
     check_models(database_url, sandbox, output)
+    check_lineage(lineage_file, database_url, database, sandbox)
+    # The user's DAG scheduled on fct_venue_daily's Asset: the scheduler would start it now.
+    assert run["asset_triggered"] == [EXAMPLE_DAG_ID], run
     print(f"\ndag.test() of eight accounts in {len(batches)} batches: {run['seconds']:.1f} s")
 
 
@@ -242,3 +298,122 @@ def check_models(database_url: str, sandbox: SandboxProcess, output: str) -> Non
     # The models' schemas match the pattern too: the build did not read them as raw.
     assert "not in the models (their raw schema is outside guestdata\\_%): saltmarsh" in output
     assert "dbt build" in output or "dbt-postgres" in output
+
+
+def rebuilt(event: dict[str, Any]) -> Any:
+    """The event from openlineage-python's classes (generated from the OpenLineage JSON
+    schema; the wheel ships no schema file): their validators check the event's time, run id,
+    producer and schema URLs, and our datasets' facets must serialise back as sent."""
+    from openlineage.client.event_v2 import (
+        InputDataset,
+        Job,
+        OutputDataset,
+        Run,
+        RunEvent,
+        RunState,
+    )
+    from openlineage.client.generated.output_statistics_output_dataset import (
+        OutputStatisticsOutputDatasetFacet,
+    )
+    from openlineage.client.generated.schema_dataset import (
+        SchemaDatasetFacet,
+        SchemaDatasetFacetFields,
+    )
+
+    def fields(items: list[dict[str, Any]]) -> list[SchemaDatasetFacetFields]:
+        return [
+            SchemaDatasetFacetFields(
+                name=item["name"],
+                type=item.get("type"),
+                description=item.get("description"),
+                ordinal_position=item.get("ordinal_position"),
+                fields=fields(item.get("fields", [])),
+            )
+            for item in items
+        ]
+
+    def output(dataset: dict[str, Any]) -> OutputDataset:
+        facets, more = dataset.get("facets", {}), dataset.get("outputFacets", {})
+        return OutputDataset(
+            dataset["namespace"],
+            dataset["name"],
+            facets={"schema": SchemaDatasetFacet(fields=fields(facets["schema"]["fields"]))}
+            if "schema" in facets
+            else {},
+            outputFacets={
+                "outputStatistics": OutputStatisticsOutputDatasetFacet(
+                    rowCount=more["outputStatistics"]["rowCount"]
+                )
+            }
+            if "outputStatistics" in more
+            else {},
+        )
+
+    return RunEvent(
+        eventType=RunState(event["eventType"]),
+        eventTime=event["eventTime"],
+        run=Run(runId=event["run"]["runId"]),
+        job=Job(namespace=event["job"]["namespace"], name=event["job"]["name"]),
+        producer=event["producer"],
+        inputs=[InputDataset(d["namespace"], d["name"]) for d in event.get("inputs", [])],
+        outputs=[output(d) for d in event.get("outputs", [])],
+    )
+
+
+def without_producers(value: Any) -> Any:
+    """A facet's `_producer` names the code that made it: theirs and ours differ."""
+    if isinstance(value, dict):
+        return {k: without_producers(v) for k, v in value.items() if k != "_producer"}
+    if isinstance(value, list):
+        return [without_producers(v) for v in value]
+    return value
+
+
+def check_lineage(events_file: Path, database_url: str, database: str, sandbox: Any) -> None:
+    """Every load's and the build's COMPLETE event: each account's endpoints -> its raw tables
+    (schema facet, rows as in the warehouse) -> every mart."""
+    from openlineage.client.serde import Serde
+
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+    assert events, "no OpenLineage event"
+    for event in events:
+        again = Serde.to_dict(rebuilt(event))
+        for side in ("inputs", "outputs"):
+            for sent, back in zip(event.get(side, []), again.get(side, []), strict=True):
+                assert (sent["namespace"], sent["name"]) == (back["namespace"], back["name"])
+                for kind, facet in (("facets", "schema"), ("outputFacets", "outputStatistics")):
+                    if facet in sent.get(kind, {}):
+                        assert without_producers(back[kind][facet]) == without_producers(
+                            sent[kind][facet]
+                        ), (event["job"]["name"], sent["name"], facet)
+    complete = [event for event in events if event["eventType"] in ("COMPLETE", "FAIL")]
+    loads = [e for e in complete if e["job"]["name"].endswith(".accounts.load")]
+    (build,) = [e for e in complete if e["job"]["name"].endswith(".dbt_build")]
+    assert build["eventType"] == "COMPLETE"
+    namespace = "postgres://127.0.0.1:5432"
+    written = {(d["namespace"], d["name"]): d for e in loads for d in e.get("outputs", [])}
+    read = {(d["namespace"], d["name"]) for e in loads for d in e.get("inputs", [])}
+    built = {(d["namespace"], d["name"]) for d in build.get("outputs", [])}
+    modelled = {(d["namespace"], d["name"]) for d in build.get("inputs", [])}
+    for name in GOOD:
+        schema = schema_of(name)
+        for stream in tables_in(database_url, schema):
+            with psycopg.connect(database_url) as connection:
+                rows = connection.execute(
+                    sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, stream))
+                ).fetchone()[0]
+            key = (namespace, f"{database}.{schema}.{stream}")
+            if schema.startswith("guestdata_"):  # in the models' union: the build read it
+                assert key in modelled, (name, stream)
+            if not rows:  # a stream the account cannot read (skipped): no output
+                continue
+            table = written[key]
+            columns = {field["name"] for field in table["facets"]["schema"]["fields"]}
+            assert columns == set(json_schema(stream)["properties"]), (stream, columns)
+            if stream in STREAMS["core"]:  # a first load: the tap's records are the rows
+                assert table["outputFacets"]["outputStatistics"]["rowCount"] == rows, table
+        assert (sandbox.base_url, f"{name}/venues") in read, (name, sorted(read))
+    assert not [n for _, n in written if "guestdata_revoked" in n], "the revoked wrote nothing"
+    for mart in MARTS:
+        assert (namespace, f"{database}.{MODELS_SCHEMA}.{mart}") in built, mart
+    assert not [n for _, n in modelled if MODELS_SCHEMA in n], "no model is an input"

@@ -5,16 +5,21 @@ equal to the sandbox's truth, its requests spread over all three keys, saving th
 and publishing every group's asset; the transform DAG (scheduled on those assets) then builds the
 models into the same database; then a guest's marketing consent flips in the sandbox and the
 weekly refresh DAG brings the warehouse up to date. Then a backfill of three days long past
-reloads each run's own day (its data interval), leaving the daily state alone. Airflow: a
-throwaway AIRFLOW_HOME and SQLite metadata database, migrated with `airflow db migrate`; every
-Airflow process is a subprocess (see dag_testing.py).
+reloads each run's own day (its data interval), leaving the daily state alone. The warehouse's
+credentials come from a `postgres` Airflow connection alone (`warehouse_connection_id`): the
+workers' environment names no server, user, password or database. Airflow: a throwaway
+AIRFLOW_HOME and SQLite metadata database, migrated with `airflow db migrate`; every Airflow
+process is a subprocess (see dag_testing.py).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Iterator
 from datetime import date, timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -24,6 +29,7 @@ from psycopg import sql
 
 from dag_testing import (
     DAG_TEST_PYTEST_TIMEOUT,
+    PROJECT_ROOT,
     Airflow,
     AirflowFactory,
     demo_pipeline,
@@ -56,6 +62,10 @@ GROUP_OF_PATH = {
 GROUPS = ("core", "members", "rewards", "offers", "stats")
 KEYS = set(OWNER_KEYS[:3])
 DAILY_STATE_ID = "dev:tap-guestdata-to-target-postgres"  # the single task's plain state id
+WAREHOUSE_CONNECTION = "guestdata_warehouse"
+# The local server trusts its users, so no password is checked; one is given so that the test can
+# look for it where it must not be.
+WAREHOUSE_PASSWORD = "warehouse-pw-3f9c1a"
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +76,41 @@ def sandbox() -> Iterator[SandboxProcess]:
 
 
 @pytest.fixture(scope="module")
-def airflow(sandbox: SandboxProcess, airflow_for: AirflowFactory) -> Airflow:
-    return airflow_for(sandbox.base_url, KEY_SETTINGS)
+def airflow(
+    sandbox: SandboxProcess,
+    airflow_for: AirflowFactory,
+    postgres: demo_pipeline.Destination,
+    database: str,
+) -> Airflow:
+    airflow = airflow_for(sandbox.base_url, KEY_SETTINGS)
+    # The warehouse from the connection alone. Without it the loads would go where meltano.yml's
+    # dev environment points (database guestdata), not to this module's throwaway database.
+    for name in ("HOST", "PORT", "USER", "PASSWORD", "DATABASE", "SQLALCHEMY_URL"):
+        airflow.env.pop(f"TARGET_POSTGRES_{name}", None)
+    connection = {
+        "conn_type": "postgres",
+        "host": postgres.host,
+        "port": postgres.port,
+        "login": postgres.user,
+        "password": postgres.password or WAREHOUSE_PASSWORD,
+        "schema": database,
+    }
+    airflow.env[f"AIRFLOW_CONN_{WAREHOUSE_CONNECTION.upper()}"] = json.dumps(connection)
+    airflow.env["GUESTDATA_WAREHOUSE_CONNECTION_ID"] = WAREHOUSE_CONNECTION
+    return airflow
+
+
+def files_holding(secret: str, *folders: Path) -> list[str]:
+    """Files under `folders` whose bytes hold `secret` (plugin virtualenvs and links not read)."""
+    found = []
+    for folder in folders:
+        for parent, dirs, files in os.walk(folder, followlinks=False):
+            dirs[:] = [d for d in dirs if d not in ("venv", "venvs", ".venv")]
+            for name in files:
+                path = Path(parent, name)
+                if not path.is_symlink() and secret.encode() in path.read_bytes():
+                    found.append(str(path))
+    return found
 
 
 # The London day on which this module's last load of today's stats began (set by each load).
@@ -113,6 +156,21 @@ def check_models_against_truth(database_url: str, truth: dict[str, Any]) -> None
     assert built == expected
 
 
+def table_assets(database_url: str, schema: str, names: list[str] | None = None) -> list[str]:
+    """The Asset URI of each table of `schema` (default: every one it holds), as the DAGs
+    publish them: postgres://host:port/database/schema/table (docs/airflow-lineage.md)."""
+    where = psycopg.conninfo.conninfo_to_dict(database_url)
+    if names is None:
+        with psycopg.connect(database_url) as connection:
+            rows = connection.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            )
+            names = [name for (name,) in rows]
+    prefix = f"postgres://{where['host']}:{where.get('port') or 5432}/{where['dbname']}/{schema}"
+    return sorted(f"{prefix}/{name}" for name in names)
+
+
 def keys_by_group(sandbox: SandboxProcess) -> dict[str, set[str]]:
     used: dict[str, set[str]] = {}
     for request in sandbox.requests_log():
@@ -142,14 +200,26 @@ def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
     assert set().union(*used.values()) == KEYS, "one task, every key at work"
     assert all(keys <= KEYS for keys in used.values())
     assert state_ids(airflow) == ["dev:tap-guestdata-to-target-postgres"]
-    assert daily["assets_published"] == sorted(f"guestdata_raw_{group}" for group in GROUPS)
+    # Each group's asset, and one per raw table the loads wrote (every stream: 15 tables).
+    assert daily["assets_published"] == sorted(
+        [f"guestdata_raw_{group}" for group in GROUPS]
+        + table_assets(database_url, demo_pipeline.TARGET_SCHEMA)
+    )
 
     # What the scheduler does once all five assets are updated: the transform DAG's run.
     started = time.monotonic()
     transform = airflow.dag_test("guestdata_transform")
     transform_seconds = time.monotonic() - started
     assert transform == {**transform, "state": "success", "tasks": {"dbt_build": "success"}}
-    assert transform["assets_published"] == ["guestdata_models"]
+    # `guestdata_models`, and one per model of transform/models (staging in <schema>_staging).
+    models_schema = f"{demo_pipeline.TARGET_SCHEMA}_analytics"
+    models = [
+        table_assets(database_url, f"{models_schema}_staging", [path.stem])[0]
+        if path.parent.name == "staging"
+        else table_assets(database_url, models_schema, [path.stem])[0]
+        for path in (PROJECT_ROOT / "transform/models").rglob("*.sql")
+    ]
+    assert transform["assets_published"] == sorted(["guestdata_models", *models])
     check_models_against_truth(database_url, sandbox.truth(OWNER_KEYS[0]))
 
     # A consent change leaves the guest's place in the API's order as it was; the weekly full
@@ -177,13 +247,25 @@ def test_dags_load_the_warehouse_and_the_weekly_refresh_updates_consent(
     used = keys_by_group(sandbox)
     assert set(used) == {"core", "stats"}, used  # guests and stats only
     assert set().union(*used.values()) <= KEYS
-    assert refresh["assets_published"] == ["guestdata_raw_refresh"]
+    refreshed = ["guests", "read_windows", "daily_stats", "daily_account_stats"]
+    assert refresh["assets_published"] == sorted(
+        [
+            "guestdata_raw_refresh",
+            *table_assets(database_url, demo_pipeline.TARGET_SCHEMA, refreshed),
+        ]
+    )
     assert "dev:tap-guestdata-to-target-postgres:refresh" in state_ids(airflow)
 
     # Keys reach Meltano through the environment only, never through the DAG's output; the
     # task's log is the tap's own lines (its plan, its progress).
     output = airflow.output()
     assert OWNER_KEYS[1] not in output
+    # The load and the build had the warehouse from its connection, and left its password in
+    # no log and no file (Airflow's home, the Meltano project's system directory).
+    assert output.count(f"warehouse: credentials from connection {WAREHOUSE_CONNECTION}") >= 3
+    password = json.loads(airflow.env[f"AIRFLOW_CONN_{WAREHOUSE_CONNECTION.upper()}"])["password"]
+    assert password not in output
+    assert files_holding(password, airflow.home, PROJECT_ROOT / ".meltano") == []
     assert "requests in all" in output and "Plan: guests:" in output, "the tap's lines"
     print(
         f"\ndag.test(): daily DAG {daily_seconds:.1f} s (in Airflow {daily['seconds']:.1f} s), "

@@ -346,7 +346,7 @@ def test_models_build_when_every_daily_group_or_the_weekly_refresh_has_loaded(
         }
     ]
     assert task["pool"] == "default_pool", "no API calls: not in the queue's pool"
-    assert task["outlets"] == ["guestdata_models"]
+    assert task["outlets"] == ["guestdata_models", "guestdata_model_tables"]
     assert task["execution_timeout"] == 3600
 
 
@@ -394,7 +394,7 @@ def test_every_account_gets_its_mapped_task_schema_state_id_and_queue(
         assert build["operator"] == "tap_guestdata.airflow.operators.GuestDataModelsOperator"
         assert build["blocks"] == ["dbt-postgres:build"]
         assert build["load_task_ids"] == loads, "whose failed loads it holds"
-        assert build["outlets"] == ["guestdata_models"]
+        assert build["outlets"] == ["guestdata_models", "guestdata_model_tables"]
         assert build["pool"] == "default_pool", "no API calls: not in a queue's pool"
         assert build["queue"] == "worker_1", "the first queue's workers"
         assert build["execution_timeout"] == 3600

@@ -21,8 +21,9 @@ import requests
 
 import demo_pipeline
 from guestdata_cluster import DAG_ID, Cluster, ClusterError, Rest, default_accounts, task_label
+from guestdata_cluster.deploy import account_connections
 from guestdata_cluster.stack import kill_worker
-from guestdata_cluster.state import LOCAL_POSTGRES, LOCAL_REDIS
+from guestdata_cluster.state import LOCAL_POSTGRES, LOCAL_REDIS, WAREHOUSE_CONNECTION
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import expected_audience, expected_members, expected_venue_daily, query
 from tap_guestdata.airflow.accounts import REFRESH_GROUP, TaskSpec, parse_config, plan_tasks
@@ -72,6 +73,9 @@ KILL_ACCOUNTS = {
         }
     ],
 }
+# The warehouse connection's password: the local server trusts its clients and never checks it,
+# but it is a secret the workers must not keep, so the tests look for it in their files.
+WAREHOUSE_PASSWORD = "gdt-warehouse-pw-7d41c2"
 LONDON = ZoneInfo("Europe/London")
 LEDGER_PATH = "/ledger"  # /rewards/members/{id}/ledger: the member_ledger stream's requests
 
@@ -91,7 +95,11 @@ class LocalCluster:
     subnet: str = SUBNET
     redis_url: str = REDIS_URL
     postgres_url: str = POSTGRES_URL
-    variables: Mapping[str, str] = field(default_factory=lambda: VARIABLES)  # keys' Variables
+    # The sandbox's keys by Variable name: given to `up` as Variables (the old way), or, with
+    # `connections`, in each account's `guestdata` connection (and the warehouse's connection
+    # gets WAREHOUSE_PASSWORD).
+    variables: Mapping[str, str] = field(default_factory=lambda: VARIABLES)
+    connections: bool = False
 
     def command(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -116,9 +124,18 @@ class LocalCluster:
         """`up` with `accounts` (the DAG's accounts document) and the sandbox keys' Variables;
         `models=False`: `--no-models` (no dbt deployed, the loads alone); `extra`: more of
         `up`'s options."""
-        files = self.logs.parent
+        files = self.logs.parent  # the test's own folder, not the cluster's
         (files / "accounts.json").write_text(json.dumps(accounts))
-        (files / "variables.json").write_text(json.dumps(self.variables))
+        if self.connections:
+            connections = {
+                **account_connections(accounts, self.variables, self.api_url),
+                WAREHOUSE_CONNECTION: {"password": WAREHOUSE_PASSWORD},
+            }
+            (files / "connections.json").write_text(json.dumps(connections))
+            keys = ["--connections", str(files / "connections.json")]
+        else:
+            (files / "variables.json").write_text(json.dumps(self.variables))
+            keys = ["--variables", str(files / "variables.json")]
         self.accounts = accounts
         started = time.monotonic()
         self.command(
@@ -126,7 +143,7 @@ class LocalCluster:
             "--redis-url", self.redis_url, "--postgres-url", self.postgres_url,
             "--api-port", str(self.api_port), "--api-url", self.api_url,
             "--accounts", str(files / "accounts.json"),
-            "--variables", str(files / "variables.json"),
+            *keys,
             "--time-scale", str(TIME_SCALE),
             "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT),
             "--retry-delay-seconds", str(RETRY_DELAY_SECONDS),
@@ -176,6 +193,30 @@ class LocalCluster:
                 text = path.read_text(errors="replace")
                 found += [f"{path}: {key}" for key in VARIABLES.values() if key in text]
         return found
+
+    def secrets_on_workers(self) -> list[str]:
+        """Files of the workers (their AIRFLOW_HOME, task logs included; the Meltano project
+        copy and its `.meltano`; the processes' logs) whose bytes hold a key or the warehouse's
+        password. Plugin virtualenvs and links are not read, nor meltano.yml (its dev
+        environment names the sandbox's public owner key)."""
+        secrets = {key.encode(): f"key {name}" for name, key in self.variables.items()}
+        secrets[WAREHOUSE_PASSWORD.encode()] = "the warehouse's password"
+        found = []
+        for part in ("airflow", "project", "logs"):
+            for folder, dirs, files in os.walk(self.home / part, followlinks=False):
+                dirs[:] = [d for d in dirs if d not in ("venv", "venvs", ".venv")]
+                for name in files:
+                    path = Path(folder, name)
+                    if path.is_symlink() or path == self.home / "project" / "meltano.yml":
+                        continue
+                    data = path.read_bytes()
+                    found += [f"{path}: {what}" for key, what in secrets.items() if key in data]
+        return found
+
+    def task_logs(self) -> str:
+        """Every task log of the cluster, as one text."""
+        folder = self.home / "airflow" / "logs"
+        return "\n".join(p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
 
     def is_up(self) -> bool:
         return (self.home / "cluster.json").exists()

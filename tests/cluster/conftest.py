@@ -52,6 +52,7 @@ def cluster(
         api_url=f"http://127.0.0.1:{port}/api/v1/customer",
         api_port=free_port("0.0.0.0"),
         logs=Path(tmp_path_factory.mktemp("cluster-logs")),
+        connections=True,  # keys and the warehouse from Airflow connections (no Variables)
     )
     try:
         yield local

@@ -108,6 +108,16 @@ def test_three_accounts_on_two_workers_load_their_truth_within_the_limits(
     assert model_checks(sandbox, cluster) == {}
     assert cluster.keys_in_logs() == [], "a key in clear in a log"
     assert cluster.keys_at_rest() == [], "a key left in a file of the workers' project"
+    # Keys and the warehouse came from Airflow connections (no Variable holds a key, no worker's
+    # environment a credential), and no file of a worker holds a key or the warehouse password.
+    logs = cluster.task_logs()
+    for name in (account["name"] for account in ACCOUNTS["accounts"]):
+        keys = len(keys_of(name))
+        assert f"{name}: {keys} key(s) from connection guestdata_{name}" in logs, name
+    assert logs.count("warehouse: credentials from connection guestdata_warehouse") >= 4
+    variables = Rest(state).login().call("GET", "/variables")["variables"]
+    assert [v["key"] for v in variables if v["key"] in VARIABLES] == []
+    assert cluster.secrets_on_workers() == [], "a key or the warehouse password in a file"
     log = sandbox.requests_log(after=first)
     assert log, "the sandbox saw no request"
 

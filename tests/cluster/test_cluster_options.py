@@ -1,8 +1,9 @@
 """`scripts/cluster up`'s options, without root or a cluster: the PostgreSQL server and the
 Redis db it is given reach every Airflow and pipeline setting, from the root namespace (the
 services' own addresses) and from a worker's namespace (the bridge's forwarders), and they are
-saved with the cluster, so `down`, `status` and `trigger` use them; the models' build is on
-unless `--no-models`."""
+saved with the cluster, so `down`, `status` and `trigger` use them; the warehouse reaches the
+workers as an Airflow connection, not as environment; the models' build is on unless
+`--no-models`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import pytest
 
 from guestdata_cluster import Cluster, ClusterError
 from guestdata_cluster.cli import cluster_of, parser
-from guestdata_cluster.deploy import write_shared_secrets
+from guestdata_cluster.deploy import (
+    account_connections,
+    default_accounts,
+    warehouse_connection,
+    write_shared_secrets,
+)
 from guestdata_cluster.state import DEFAULT_REDIS_DB, LOCAL_POSTGRES, LOCAL_REDIS
 from tap_guestdata.airflow.config import transform_blocks
 
@@ -54,14 +60,18 @@ def test_the_services_given_to_up_reach_every_airflow_and_pipeline_setting(
         assert env["MELTANO_DATABASE_URI"] == (
             f"postgresql+psycopg2://loader:pg-secret@{host}:5433/gdu_meltano"
         )
-        # target-postgres, and dbt-postgres through the same namespace.
-        assert {name: env[name] for name in env if name.startswith("TARGET_POSTGRES_")} == {
-            "TARGET_POSTGRES_HOST": host,
-            "TARGET_POSTGRES_PORT": "5433",
-            "TARGET_POSTGRES_USER": "loader",
-            "TARGET_POSTGRES_PASSWORD": "pg-secret",
-            "TARGET_POSTGRES_DATABASE": "gdu_warehouse",
-        }
+        # The warehouse: its connection's id, no credential in any process's environment.
+        assert [name for name in cluster.env(via) if name.startswith("TARGET_")] == []
+        assert env["GUESTDATA_WAREHOUSE_CONNECTION_ID"] == "guestdata_warehouse"
+    # target-postgres, the pg-types step and dbt-postgres on a worker: through the bridge.
+    assert warehouse_connection(cluster) == {
+        "conn_type": "postgres",
+        "host": cluster.gateway,
+        "port": 5433,
+        "login": "loader",
+        "password": "pg-secret",
+        "schema": "gdu_warehouse",
+    }
     # A namespace reaches each service through a forwarder on the bridge, on the service's port.
     assert cluster.forwarders == {
         "forward-postgres": (5433, "10.9.8.6", 5433),
@@ -76,8 +86,12 @@ def test_up_uses_the_shared_local_services_by_default(tmp_path: Path) -> None:
     assert cluster.redis_url == f"{LOCAL_REDIS}/{DEFAULT_REDIS_DB}"
     assert cluster.postgres_url == LOCAL_POSTGRES
     assert cluster.env()["AIRFLOW__CELERY__BROKER_URL"] == cluster.redis_url
-    assert cluster.env()["TARGET_POSTGRES_USER"] == "postgres"
-    assert cluster.env()["TARGET_POSTGRES_PASSWORD"] == ""
+    warehouse = warehouse_connection(cluster)
+    assert (warehouse["login"], warehouse["schema"]) == ("postgres", "gdu_warehouse")
+    # The server trusts its clients; the connection still has a password (warehouse.py).
+    assert len(warehouse["password"]) >= 20
+    given = warehouse_connection(cluster, {"password": "chosen", "port": 6000})
+    assert given == {**warehouse, "password": "chosen", "port": 6000}
 
     other = saved_cluster(tmp_path / "other", "--redis-db", "11")
     assert other.env(other.gateway)["TAP_GUESTDATA_RATE_BUDGET_STORE"] == (
@@ -151,3 +165,21 @@ def test_scripts_cluster_leaves_the_installed_venv_alone() -> None:
     assert "kill-worker" in result.stdout
     after = entry_point.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_the_default_accounts_keys_are_in_their_guestdata_connections() -> None:
+    accounts, keys = default_accounts(["core"])
+    connections = account_connections(accounts, keys, "http://127.0.0.1:8787/api/v1/customer")
+    assert connections["guestdata_harbour"] == {
+        "conn_type": "guestdata",
+        "password": "gd_owner_growth_1",
+        "extra": {
+            "api_keys": ["gd_owner_growth_2"],
+            "base_url": "http://127.0.0.1:8787/api/v1/customer",
+        },
+    }
+    assert sorted(connections) == [
+        "guestdata_harbour",
+        "guestdata_northgate",
+        "guestdata_saltmarsh",
+    ]
