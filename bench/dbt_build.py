@@ -8,7 +8,8 @@ database, as the loader would have left them. Side by side in one run:
   nightly (nothing new), against per-account builds (today's layout: each account's own models),
   timed on `--sample` accounts and multiplied by N (each takes the same time: the same data);
 - `--tiny 1000 10000`: the models' nightly run (`dbt run`) at that many accounts of a few rows
-  per table each;
+  per table each, with each run's largest statement (bytes, from dbt's debug log), the
+  source-deletions hook's seconds (run_results.json) and nightly / first;
 - `--history medium large`: one account of each size loaded with Meltano and built; then a day
   of new data (as many arrivals, ledger lines, rewards and redemptions as its last whole day
   had) loaded by the daily sync; the nightly build against a `--full-refresh` build of the same
@@ -17,6 +18,8 @@ database, as the loader would have left them. Side by side in one run:
   cost, below which no nightly build goes.
 
 Run from the repository root: `PYTHONPATH=tests:scripts .venv/bin/python bench/dbt_build.py`.
+`--transform DIR` builds another copy of the dbt project (e.g. with an earlier revision's
+macros) against the same loads, for a before/after comparison.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -39,6 +43,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+import support.dbt
 from demo_pipeline import Destination
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import LOAD_ONLY, RUN_ALL, Dbt, dbt_env, meltano_project
@@ -63,6 +68,11 @@ DAY_OF = {
 }
 LEDGER_MEMBERS = 200  # the day's ledger lines go to this many members (one request each)
 LOAD_TIMEOUT = 3600  # a first load of the large account takes minutes, more on a busy machine
+# A debug-log entry of dbt's text format starts with its time (colours off: dbt_env); a statement
+# dbt sent is the entry "On <connection>: <sql>", its SQL running to the next entry.
+LOG_ENTRY = re.compile(r"^(?:\x1b\[0m)?\d{2}:\d{2}:\d{2}\.\d+ \[", re.M)
+STATEMENT = re.compile(r"\]: On [^:\s]+: ", re.S)
+DELETIONS_HOOK = "apply_source_deletions"  # transform/dbt_project.yml's on-run-start entry
 
 
 def copy_accounts(conninfo: str, count: int, prefix: str, rows: int | None) -> None:
@@ -145,13 +155,74 @@ def locks_per_transaction(accounts: int) -> int:
 
 def timed_build(dbt: Dbt, command: str = "build", *options: str, timeout: float = 600) -> float:
     """Seconds of one `dbt build` (or `dbt run`), every model built."""
+    return measured_build(dbt, command, *options, timeout=timeout)["seconds"]
+
+
+def measured_build(
+    dbt: Dbt, command: str = "build", *options: str, timeout: float = 600
+) -> dict[str, Any]:
+    """One `dbt build` (or `dbt run`), every model built: its seconds, the largest statement it
+    sent (bytes of SQL, from dbt's debug log), and the source-deletions hook's seconds,
+    statements and largest statement."""
+    logs = Path(tempfile.mkdtemp(prefix="run-", dir=dbt.target_dir))  # this run's log alone
+    # dbt rolls its log over at 10 MB by default; a run of 1,000 accounts logs more.
+    log_env = {"DBT_LOG_PATH": str(logs), "DBT_LOG_FILE_MAX_BYTES": "0"}
     started = time.monotonic()
-    run = dbt.run(command, *options, timeout=timeout)
+    run = dbt.run(command, *options, extra_env=log_env, timeout=timeout)
     elapsed = time.monotonic() - started
     models = run.statuses("model")
     if not models or set(models.values()) != {"success"}:
         sys.exit(f"dbt build failed: {run.output[-3000:]}")
-    return elapsed
+    logged = (logs / "dbt.log").read_bytes().decode("utf-8", errors="replace")
+    shutil.rmtree(logs)  # tens of MB at 1,000 accounts
+    place = hook_place(DELETIONS_HOOK)
+    hook_statements = statement_sizes(hook_log(logged, place))
+    return {
+        "seconds": elapsed,
+        "largest_statement_bytes": max(statement_sizes(logged), default=0),
+        "deletions_hook_s": hook_seconds(dbt.target_dir, place),
+        "deletions_hook_statements": len(hook_statements),
+        "deletions_hook_largest_statement_bytes": max(hook_statements, default=0),
+    }
+
+
+def statement_sizes(logged: str) -> list[int]:
+    """Bytes of each SQL statement in a part of dbt's debug log, in order."""
+    sizes = []
+    for entry in LOG_ENTRY.split(logged):
+        found = STATEMENT.search(entry.split("\n", 1)[0])
+        if found is not None:
+            sizes.append(len(entry[found.end() :].strip().encode()))
+    return sizes
+
+
+def hook_place(macro: str) -> int:
+    """The place of the on-run-start hook calling `macro` in dbt_project.yml's list (dbt names
+    a hook by it)."""
+    project = (support.dbt.TRANSFORM / "dbt_project.yml").read_text()
+    hooks = project.split("on-run-start:", 1)[1].split("\n\n", 1)[0].splitlines()
+    calls = [line for line in hooks if line.strip().startswith("- ")]
+    return next(number for number, line in enumerate(calls) if macro in line)
+
+
+def hook_log(logged: str, place: int) -> str:
+    """The part of a run's debug log the on-run-start hook at `place` wrote: dbt runs a hook's
+    statements while it renders it, before it writes the hook's SQL, so from the hook before's
+    SQL to its own."""
+    written = 'Writing injected SQL for node "operation.guestdata.guestdata-on-run-start-{}"'
+    end = logged.find(written.format(place))
+    start = logged.find(written.format(place - 1)) if place else 0
+    return logged[max(start, 0) : end] if end >= 0 else ""
+
+
+def hook_seconds(target_dir: Path, place: int) -> float | None:
+    """Seconds the on-run-start hook at `place` took in the last run (run_results.json)."""
+    results = json.loads((target_dir / "run_results.json").read_text())["results"]
+    name = f"on-run-start-{place}"
+    return next(
+        (result["execution_time"] for result in results if result["unique_id"].endswith(name)),
+        None,
+    )
 
 
 def dbt_for(server: Any, database: str, work: Path, label: str, **env: str) -> Dbt:
@@ -249,16 +320,25 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--postgres-url", help="the server to use (default: 127.0.0.1:5432)")
     parser.add_argument(
+        "--transform",
+        type=Path,
+        help="the dbt project to build (default: transform/), e.g. a copy with earlier macros",
+    )
+    parser.add_argument(
         "--own-server",
         action="store_true",
         help="start a PostgreSQL of the bench's own, its lock table sized for the largest --tiny",
     )
     arguments = parser.parse_args()
+    if arguments.transform is not None:
+        # Dbt.run reads the project's folder from support.dbt at each call.
+        support.dbt.TRANSFORM = arguments.transform.resolve()
     RESULTS.mkdir(exist_ok=True)
     work = RESULTS / "dbt_build-work"
     for folder in ("load", "logs"):
         (work / folder).mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"accounts": arguments.accounts, "sample": arguments.sample}
+    results["transform"] = str(support.dbt.TRANSFORM)
     with (
         own_server(max([arguments.accounts, *arguments.tiny]))
         if arguments.own_server
@@ -308,10 +388,18 @@ def across_accounts(server: Any, work: Path, arguments: argparse.Namespace) -> d
             )
             # dbt run: a few rows break the reconciliations, whose failures would skip the
             # marts in a build.
-            first = timed_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
-            nightly = timed_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
-            results[f"tiny_{count}"] = {"first_s": first, "nightly_s": nightly}
-            print(count, "tiny accounts:", results[f"tiny_{count}"], flush=True)
+            first = measured_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
+            nightly = measured_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
+            results[f"tiny_{count}"] = {
+                "first_s": first["seconds"],
+                "nightly_s": nightly["seconds"],
+                "nightly_over_first": nightly["seconds"] / first["seconds"],
+                **{f"first_{name}": value for name, value in first.items() if name != "seconds"},
+                **{
+                    f"nightly_{name}": value for name, value in nightly.items() if name != "seconds"
+                },
+            }
+            print(count, "tiny accounts:", json.dumps(results[f"tiny_{count}"]), flush=True)
     return results
 
 

@@ -26,25 +26,31 @@
 {%- endmacro %}
 
 {#- The accounts' raw copies of one table: a list of {'schema', 'columns', 'types'} in schema
-    order, from one catalog query (the tables of 10,000 schemas are one round trip, not 10,000).
-    Types are `;`-separated: a type's own text may hold a comma (numeric(10,2)). -#}
+    order, from a bounded number of catalog queries (the tables of 10,000 schemas are one or a
+    few round trips, not 10,000). Types are `;`-separated: a type's own text may hold a comma
+    (numeric(10,2)). -#}
 {% macro raw_relations(table) %}
   {% if not execute %}
     {{ return([]) }}
   {% endif %}
-  {% set found = run_query(raw_columns_sql(table, raw_schema_pattern())) %}
   {% set relations = [] %}
-  {% for row in found.rows %}
-    {% do relations.append({'schema': row[0], 'columns': row[1].split(','), 'types': row[2].split(';')}) %}
+  {% for query in raw_columns_queries(table, raw_schema_pattern()) %}
+    {% for row in run_query(query).rows %}
+      {% do relations.append({'schema': row[0], 'columns': row[1].split(','), 'types': row[2].split(';')}) %}
+    {% endfor %}
   {% endfor %}
   {{ return(relations) }}
 {% endmacro %}
 
-{#- (schema, its columns comma-separated in table order, their types `;`-separated in the same
-    order) for each account schema holding the table. An account schema: the pattern matches and
-    it holds the tap's account table. -#}
-{% macro raw_columns_sql(table, pattern) %}
-  {{ return(adapter.dispatch('raw_columns_sql', 'guestdata')(table, pattern)) }}
+{#- Queries of (schema, its columns comma-separated in table order, their types `;`-separated in
+    the same order) for each account schema holding the table, in schema order across them. An
+    account schema: the pattern matches and it holds the tap's account table. -#}
+{% macro raw_columns_queries(table, pattern) %}
+  {{ return(adapter.dispatch('raw_columns_queries', 'guestdata')(table, pattern)) }}
+{% endmacro %}
+
+{% macro postgres__raw_columns_queries(table, pattern) %}
+  {{ return([postgres__raw_columns_sql(table, pattern)]) }}
 {% endmacro %}
 
 {#- pg_catalog, not information_schema: the latter's privilege checks take seconds on 10,000
@@ -64,18 +70,37 @@
   ) }}
 {% endmacro %}
 
-{% macro default__raw_columns_sql(table, pattern) %}
-  {{ return(
-    "select columns.table_schema, listagg(columns.column_name, ',')"
-    ~ " within group (order by columns.ordinal_position),"
-    ~ " listagg(columns.data_type, ';') within group (order by columns.ordinal_position)"
-    ~ " from information_schema.columns as columns"
-    ~ " where upper(columns.table_schema) like upper('" ~ pattern ~ "')"
-    ~ " and upper(columns.table_name) = upper('" ~ table ~ "')"
-    ~ " and upper(columns.table_schema) in (select upper(table_schema)"
-    ~ " from information_schema.tables where upper(table_name) = 'ACCOUNT')"
-    ~ " group by columns.table_schema order by columns.table_schema"
-  ) }}
+{#- Snowflake: the account schemas first, in one query of information_schema.tables naming the
+    ACCOUNT table, then the table's columns of just those schemas, a bounded list of names per
+    query. Why not the accounts passed as a var: a schema then counts the moment its load creates
+    it, as on PostgreSQL, and no list of 10,000 names travels in every dbt command. Why two steps:
+    Snowflake builds information_schema.columns for every schema a predicate does not pin down,
+    and a function of the column (upper(table_schema) like) pins down none (dbt-core#1877: "too
+    much data" over many schemas). Names are compared as Snowflake folds unquoted identifiers
+    (upper case), which is how the models name these relations. -#}
+{% macro default__raw_columns_queries(table, pattern) %}
+  {% set schemas = run_query(
+      "select table_schema from information_schema.tables"
+      ~ " where table_name = 'ACCOUNT' and table_schema like '" ~ pattern | upper ~ "'"
+      ~ " order by table_schema").columns[0].values() | list %}
+  {% set queries = [] %}
+  {% for names in schemas | batch(raw_columns_schemas_per_query()) %}
+    {% do queries.append(
+      "select table_schema, listagg(column_name, ',') within group (order by ordinal_position),"
+      ~ " listagg(data_type, ';') within group (order by ordinal_position)"
+      ~ " from information_schema.columns"
+      ~ " where table_name = '" ~ table | upper ~ "'"
+      ~ " and table_schema in ('" ~ names | join("', '") ~ "')"
+      ~ " group by table_schema order by table_schema") %}
+  {% endfor %}
+  {{ return(queries) }}
+{% endmacro %}
+
+{#- Account schemas named in one query of information_schema.columns: 1,000 names of about 25
+    characters keep the query near 30 KB, far under Snowflake's statement limit, and its result
+    (one row per schema) small. -#}
+{% macro raw_columns_schemas_per_query() %}
+  {{ return(1000) }}
 {% endmacro %}
 
 {#- Every account's rows of a raw table, one select per account schema, each with

@@ -292,8 +292,10 @@
   {{ return(counts) }}
 {% endmacro %}
 
-{% macro erasure_update_sql(relation, assignments, match) %}
-  {% set columns = adapter.get_columns_in_relation(relation) | map(attribute='name') | map('lower') | list %}
+{#- `columns`: the relation's, if the caller holds them (one catalog look-up fewer per table). -#}
+{% macro erasure_update_sql(relation, assignments, match, columns=none) %}
+  {% set columns = (adapter.get_columns_in_relation(relation) | map(attribute='name') | list
+                    if columns is none else columns) | map('lower') | list %}
   {% set sets, changes = [], [] %}
   {% for column, value in assignments.items() if column in columns %}
     {% if value is none %}

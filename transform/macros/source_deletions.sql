@@ -24,18 +24,22 @@
   {{ return(streams) }}
 {% endmacro %}
 
-{#- {raw schema: {'windows': its read_windows, 'raw': its table of the stream}} for every account
-    schema holding both (none yet: the tap before 0.2, or read_windows not selected), from one
-    catalog query per table. adapter.get_relation queries the catalog at every call for a
-    schema outside dbt's cache: two lookups per account took 39 s of compiling one model at
-    1,000 accounts. -#}
+{#- {raw schema: {'windows': its read_windows, 'raw': its table of the stream, 'raw_columns':
+    that table's columns}} for every account schema holding both (none yet: the tap before 0.2,
+    or read_windows not selected), from the catalog queries of raw_relations, not a look-up per
+    account. adapter.get_relation queries the catalog at every call for a schema outside dbt's
+    cache: two lookups per account took 39 s of compiling one model at 1,000 accounts. -#}
 {% macro read_tables(stream) %}
-  {% set raws = raw_relations(stream.name) | map(attribute='schema') | list %}
+  {% set raw_columns = {} %}
+  {% for relation in raw_relations(stream.name) %}
+    {% do raw_columns.update({relation.schema: relation.columns}) %}
+  {% endfor %}
   {% set tables = {} %}
-  {% for relation in raw_relations('read_windows') if relation.schema in raws %}
+  {% for relation in raw_relations('read_windows') if relation.schema in raw_columns %}
     {% do tables.update({relation.schema: {
         'windows': api.Relation.create(database=target.database, schema=relation.schema, identifier='read_windows'),
-        'raw': api.Relation.create(database=target.database, schema=relation.schema, identifier=stream.name)
+        'raw': api.Relation.create(database=target.database, schema=relation.schema, identifier=stream.name),
+        'raw_columns': raw_columns[relation.schema]
     }}) %}
   {% endfor %}
   {{ return(tables) }}
@@ -90,85 +94,209 @@
   {{ return({'windows': "(" ~ union_all(windows) ~ ")", 'raw': "(" ~ union_all(raw) ~ ")"}) }}
 {% endmacro %}
 
-{#- The trusted complete reads of a stream (see above): the warehouse holds every row the read
-    returned. `reads_where` (SQL over `reads`, hook_reads_where): which reads. -#}
-{% macro trusted_reads_sql(stream, tables, reads_where) %}
-  {% set holdings = read_holdings_sql(stream, tables, reads_where) %}
-  {{ return("select * from (" ~ holdings ~ ") as holdings where rows_held >= rows_read") }}
+{#- Each of the hook's statements holds at most this many bytes of its accounts' SQL: half of
+    the 512 KB every statement of a build stays under (issue 43; Snowflake truncates a larger one
+    in its query history), so the CTEs around a batch (about 1.5 KB) never take it over. -#}
+{% macro source_deletions_batch_bytes() %}
+  {{ return(262144) }}
 {% endmacro %}
 
-{#- Ids of the stream's raw rows deleted in the source, with when that was first seen. With
-    `reads_where` (hook_reads_where), only the rows inside the windows of those reads: an older
-    read was applied by an earlier build, and a row loaded later is newer than it. -#}
-{% macro deleted_in_source_sql(stream, trusted, tables, reads_where=none) -%}
-select ids.id as deleted_id, min(trusted.completed_at) as deleted_seen_at
-from (
-    select id, venue_id, min({{ stream.time }}) as row_time,
-        max(coalesce(_sdc_table_version, 0)) as newest_version
-    from {{ tables.raw }}
-    {%- if reads_where is not none %}
-    where {{ stream.time }} >= (
-        select min(reads.covers_from) from {{ tables.windows }} as reads
-        where reads.stream = '{{ stream.name }}' and ({{ reads_where }})
-    )
-    {%- endif %}
-    group by id, venue_id
-) as ids
-inner join ({{ trusted }}) as trusted
-    on trusted.venue_id = ids.venue_id
-    and ids.row_time >= trusted.covers_from
-    and ids.row_time < trusted.covers_until
-    and ids.newest_version < trusted.read_version
-group by ids.id
-{%- endmacro %}
-
-{#- The reads the hook applies: those loaded since the account's watermark (`since`, from
-    hook_watermarks; every read without one), but not one stg_guestdata__guest_reads (`applied`)
-    holds as trusted from this very raw row, built a lookback after it was loaded: the hook that
-    ran before that build saw it trusted and applied it (the read at the watermark, `>=`, is the
-    last batch the previous build read; without this its whole window was read again). -#}
-{% macro hook_reads_where(since, account, applied) %}
-  {% set where = loaded_since(since, 'reads._sdc_batched_at') %}
-  {% if since is none or applied is none %}
-    {{ return(where) }}
-  {% endif %}
-  {{ return(where ~ " and not " ~ applied_read(applied, "'" ~ account ~ "'")) }}
+{#- `parts` (each a dict with its SQL's `size`) in order, cut into lists whose sizes add up to at
+    most `budget` each (a part larger than the budget goes alone). -#}
+{% macro batches_within(parts, budget) %}
+  {% set batches, filled = [], {'size': 0} %}
+  {% for part in parts %}
+    {% if not batches or filled.size + part.size > budget %}
+      {% do batches.append([]) %}
+      {% do filled.update({'size': 0}) %}
+    {% endif %}
+    {% do batches[-1].append(part) %}
+    {% do filled.update({'size': filled.size + part.size}) %}
+  {% endfor %}
+  {{ return(batches) }}
 {% endmacro %}
 
 {#- A read of read_windows (`reads`) of the account `account` (an SQL expression) that
     stg_guestdata__guest_reads (`applied`) holds as trusted from this very raw row, built a
-    lookback after it was loaded (hook_reads_where). -#}
+    lookback after it was loaded: the hook that ran before that build saw it trusted and applied
+    it (the read at the watermark, `>=`, is the last batch the previous build read; without this
+    its whole window was read again). -#}
 {% macro applied_read(applied, account) -%}
   exists (select 1 from {{ applied }} as applied where applied.source_relation = {{ account }} and applied.is_trusted and applied.venue_id = reads.venue_id and applied.read_version = reads.read_version and applied.loaded_at = reads._sdc_batched_at and applied.built_at >= {{ dbt.dateadd('hour', incremental_lookback_hours(), 'reads._sdc_batched_at') }})
 {%- endmacro %}
 
 {#- The raw schemas among `tables` (read_tables) holding a read of the stream the hook applies
-    (hook_reads_where), from one query over every account with one: only their trusted reads are
-    checked (an account with none would run an update that finds nothing; at 1,000 accounts
-    those updates took 10.6 s of a nightly run where nothing was new). Each account's branch
-    applies its own watermark; the reads model is joined once, to the union: inside each branch
-    it was read once per account (10,000 accounts: over 6 minutes at 100% CPU). -#}
+    (loaded since the account's watermark, not one `applied` holds as applied_read says): only
+    their trusted reads are checked (an account with none would be read for nothing; at 1,000
+    accounts that took 10.6 s of a nightly run where nothing was new). Each account's branch
+    applies its own watermark; the reads model is joined once per query, to the union: inside
+    each branch it was read once per account (10,000 accounts: over 6 minutes at 100% CPU). One
+    query per batch of accounts (source_deletions_batch_bytes). -#}
 {% macro schemas_with_reads_since(stream, tables, watermarks, applied) %}
   {% set branches = [] %}
   {% for schema, relations in tables.items() if watermarks.get(schema | lower) is not none %}
-    {% do branches.append(account_branch("select cast('" ~ schema ~ "' as " ~ dbt.type_string()
+    {% set branch = account_branch("select cast('" ~ schema ~ "' as " ~ dbt.type_string()
         ~ ") as raw_schema, cast('" ~ schema | lower ~ "' as " ~ dbt.type_string()
         ~ ") as account, venue_id, read_version, _sdc_batched_at from " ~ relations.windows
         ~ " as reads where reads.stream = '" ~ stream.name ~ "' and "
-        ~ loaded_since(watermarks.get(schema | lower), 'reads._sdc_batched_at'))) %}
+        ~ loaded_since(watermarks.get(schema | lower), 'reads._sdc_batched_at')) %}
+    {% do branches.append({'sql': branch, 'size': branch | length}) %}
   {% endfor %}
-  {% if not branches %}
-    {{ return([]) }}
-  {% endif %}
   {% set not_applied = '' if applied is none else ' where not ' ~ applied_read(applied, 'reads.account') %}
-  {% set found = run_query("select distinct raw_schema from (" ~ union_all(branches) ~ ") as reads" ~ not_applied) %}
-  {{ return(found.rows | map(attribute=0) | list) }}
+  {% set found = [] %}
+  {% for batch in batches_within(branches, source_deletions_batch_bytes()) %}
+    {% set union = union_all(batch | map(attribute='sql') | list) %}
+    {% do found.extend(run_query("select distinct raw_schema from (" ~ union ~ ") as reads"
+                                 ~ not_applied).columns[0].values()) %}
+  {% endfor %}
+  {{ return(found) }}
+{% endmacro %}
+
+{#- One account's share of a statement: {'schema', 'tables', 'reads', 'held', 'flag', 'size'}.
+    `reads`: its reads of the stream loaded since its watermark `since` (every read without
+    one), with `checks_applied`: whether reads applied_read finds are skipped (only past a
+    watermark, as before: a first or full read applies every read). `held`: its raw rows, from
+    the earliest window of those reads on (past a watermark; a row before it is in no window
+    read, so it cannot be flagged; applied_read is left out of this floor, as it would read the
+    reads model once per account, so it is at or before the applied reads' own). `flag`: the update of its raw table (PostgreSQL's data-
+    modifying CTE). `size`: the bytes it adds to its batch's statement (128 for the CTE's name,
+    its count and the unions' parentheses: about 100 each). -#}
+{% macro source_deletions_part(stream, schema, tables, since) %}
+  {% set account = "cast('" ~ schema ~ "' as " ~ dbt.type_string() ~ ") as raw_schema, " %}
+  {% set reads = account_branch("select " ~ account ~ "cast('" ~ schema | lower ~ "' as "
+      ~ dbt.type_string() ~ ") as source_relation, "
+      ~ ("true" if since is not none else "false") ~ " as checks_applied, venue_id,"
+      ~ " read_version, covers_from, covers_until, completed_at, rows_read, _sdc_batched_at"
+      ~ " from " ~ tables.windows ~ " as reads where reads.stream = '" ~ stream.name ~ "' and "
+      ~ loaded_since(since, 'reads._sdc_batched_at')) %}
+  {% set floor = "" if since is none else (
+      " where " ~ stream.time ~ " >= (select min(reads.covers_from) from " ~ tables.windows
+      ~ " as reads where reads.stream = '" ~ stream.name ~ "' and "
+      ~ loaded_since(since, 'reads._sdc_batched_at') ~ ")") %}
+  {% set held = account_branch("select " ~ account ~ "id, venue_id, " ~ stream.time
+      ~ " as row_time, _sdc_table_version from " ~ tables.raw ~ floor) %}
+  {% set flag = flag_deleted_sql(stream, tables,
+      "id in (select deleted_id from deleted where raw_schema = '" ~ schema ~ "')") %}
+  {{ return({'schema': schema, 'tables': tables, 'reads': reads, 'held': held, 'flag': flag,
+             'size': (reads | length) + (held | length) + (flag | length) + 128}) }}
+{% endmacro %}
+
+{#- The raw rows the API no longer returns, of a batch of accounts (`parts`,
+    source_deletions_part), as CTEs ending in `deleted` (raw_schema, deleted_id): one statement
+    for the batch, not one per account. A read is trusted once the warehouse holds at least
+    rows_read of its rows (version >= read_version); a row is deleted in the source when a trusted
+    read covered its venue and instant and its newest version is older than the read. The
+    reads and the raw rows are unions of plain selects joined and grouped once on top (as the
+    reads model does: PostgreSQL plans a union whose every branch joins and groups in time
+    growing faster than the branches). -#}
+{% macro source_deletions_sql(stream, parts, applied) -%}
+with reads as (
+    select * from ({{ union_all(parts | map(attribute='reads') | list) }}) as reads
+    {%- if applied is not none %}
+    where not (reads.checks_applied and {{ applied_read(applied, 'reads.source_relation') }})
+    {%- endif %}
+),
+held as (
+    {{ union_all(parts | map(attribute='held') | list) }}
+),
+trusted as (
+    select reads.raw_schema, reads.venue_id, reads.read_version, reads.covers_from,
+        reads.covers_until
+    from reads
+    left join held
+        on held.raw_schema = reads.raw_schema
+        and held.venue_id = reads.venue_id
+        and held.row_time >= reads.covers_from
+        and held.row_time < reads.covers_until
+        and held._sdc_table_version >= reads.read_version
+    group by reads.raw_schema, reads.venue_id, reads.read_version, reads.covers_from,
+        reads.covers_until, reads.completed_at, reads.rows_read
+    having count(distinct held.id) >= reads.rows_read
+),
+ids as (
+    select raw_schema, id, venue_id, min(row_time) as row_time,
+        max(coalesce(_sdc_table_version, 0)) as newest_version
+    from held
+    group by raw_schema, id, venue_id
+),
+deleted as (
+    select distinct ids.raw_schema, ids.id as deleted_id
+    from ids
+    inner join trusted
+        on trusted.raw_schema = ids.raw_schema
+        and trusted.venue_id = ids.venue_id
+        and ids.row_time >= trusted.covers_from
+        and ids.row_time < trusted.covers_until
+        and ids.newest_version < trusted.read_version
+)
+{%- endmacro %}
+
+{#- The update that flags an account's rows `where` says (SQL over its raw table): marked
+    (_sdc_deleted_at) and without their personal fields, as an erasure leaves them; only rows
+    not yet in that form change, so what is counted is new. The raw table's columns come from
+    read_tables (the catalog query it made): a look-up per account took one more round trip
+    each. -#}
+{% macro flag_deleted_sql(stream, tables, where) %}
+  {% set assignments = {} %}
+  {% do assignments.update(stream.set) %}
+  {% do assignments.update({'_sdc_deleted_at': 'now'}) %}
+  {{ return(erasure_update_sql(tables.raw, assignments, where, columns=tables.raw_columns)) }}
+{% endmacro %}
+
+{#- Flags the batch's deleted rows; returns how many rows changed. PostgreSQL: one statement for
+    the batch, the deletions found once and each account's raw table updated by a data-modifying
+    CTE of its own (an update changes one table, and each account's rows are its own table). -#}
+{% macro flag_source_deletions(stream, parts, applied) %}
+  {{ return(adapter.dispatch('flag_source_deletions', 'guestdata')(stream, parts, applied)) }}
+{% endmacro %}
+
+{% macro postgres__flag_source_deletions(stream, parts, applied) %}
+  {% set flags, counted = [], [] %}
+  {% for part in parts %}
+    {% do flags.append(",\nflagged_" ~ loop.index ~ " as (" ~ part.flag ~ " returning 1)") %}
+    {% do counted.append("select 1 from flagged_" ~ loop.index) %}
+  {% endfor %}
+  {% set sql = source_deletions_sql(stream, parts, applied) ~ flags | join('')
+               ~ "\nselect count(*) from (" ~ union_all(counted) ~ ") as flagged" %}
+  {% set _, found = adapter.execute(sql, auto_begin=true, fetch=true) %}
+  {{ return(found.rows[0][0]) }}
+{% endmacro %}
+
+{#- Snowflake has no data-modifying CTE and an UPDATE or MERGE changes one table: the batch's
+    deletions are found in one query, then only the accounts holding some are updated, by their
+    ids (source_deletions_ids_per_update at a time). A night whose reads flag nothing sends no
+    update at all. -#}
+{% macro default__flag_source_deletions(stream, parts, applied) %}
+  {% set _, found = adapter.execute(source_deletions_sql(stream, parts, applied)
+      ~ "\nselect raw_schema, deleted_id from deleted order by raw_schema, deleted_id",
+      auto_begin=true, fetch=true) %}
+  {% set ids = {} %}
+  {% for schema, deleted_id in found.rows %}
+    {% do ids.setdefault(schema, []).append(deleted_id | int) %}
+  {% endfor %}
+  {% set changed = [] %}
+  {% for part in parts if part.schema in ids %}
+    {% for chunk in ids[part.schema] | batch(source_deletions_ids_per_update()) %}
+      {% set where = "id in (" ~ chunk | join(', ') ~ ")" %}
+      {% set response, _ = adapter.execute(flag_deleted_sql(stream, part.tables, where), auto_begin=true) %}
+      {% do changed.append(response.rows_affected) %}
+    {% endfor %}
+  {% endfor %}
+  {{ return(changed | sum) }}
+{% endmacro %}
+
+{#- Ids named in one update: 10,000 ids of up to 20 digits keep it near 220 KB. -#}
+{% macro source_deletions_ids_per_update() %}
+  {{ return(10000) }}
 {% endmacro %}
 
 {#- on-run-start: rows the API no longer returns inside a trusted read's window are marked
     (_sdc_deleted_at, so staging leaves them out) and lose their personal fields, as an erasure
-    does; rows already in that form are not counted again. Each account's raw schema apart: a
-    read of one account says nothing of another's rows. -#}
+    does; rows already in that form are not counted again. Each account's reads flag only its
+    own raw rows (a read of one account says nothing of another's). The accounts with new reads
+    (and those the models do not hold yet) are checked together, a batch of accounts per
+    statement (source_deletions_batch_bytes), not a statement per account: at 10,000 accounts
+    one update each took about 520 s of an 872 s nightly run. -#}
 {% macro apply_source_deletions(on_run_start=false) %}
   {% if not execute or (on_run_start and flags.WHICH not in ['build', 'run', 'test', 'retry']) %}
     {{ return('') }}
@@ -179,22 +307,16 @@ group by ids.id
     {% set applied = none %}  {#- no record of when it was built -#}
   {% endif %}
   {% for stream in source_deletion_streams() %}
-  {% set accounts = read_tables(stream) %}
-  {% set loaded = schemas_with_reads_since(stream, accounts, watermarks, applied) %}
-  {% for schema, tables in accounts.items() if schema in loaded or watermarks.get(schema | lower) is none %}
-    {% set since = watermarks.get(schema | lower) %}
-    {% set reads_where = hook_reads_where(since, schema | lower, applied) %}
-    {% set trusted = trusted_reads_sql(stream, tables, reads_where) %}
-    {% set match = "id in (select deleted_id from (" ~ deleted_in_source_sql(
-                       stream, trusted, tables, reads_where if since is not none else none)
-                   ~ ") as deleted_in_source)" %}
-    {% set assignments = {} %}
-    {% do assignments.update(stream.set) %}
-    {% do assignments.update({'_sdc_deleted_at': 'now'}) %}
-    {% set response, _ = adapter.execute(erasure_update_sql(tables.raw, assignments, match),
-                                         auto_begin=true) %}
-    {% do counts.update({stream.name: counts.get(stream.name, 0) + response.rows_affected}) %}
-  {% endfor %}
+    {% set accounts = read_tables(stream) %}
+    {% set loaded = schemas_with_reads_since(stream, accounts, watermarks, applied) %}
+    {% set parts = [] %}
+    {% for schema, tables in accounts.items() if schema in loaded or watermarks.get(schema | lower) is none %}
+      {% do parts.append(source_deletions_part(stream, schema, tables, watermarks.get(schema | lower))) %}
+    {% endfor %}
+    {% for batch in batches_within(parts, source_deletions_batch_bytes()) %}
+      {% do counts.update({stream.name: counts.get(stream.name, 0)
+                                        + flag_source_deletions(stream, batch, applied)}) %}
+    {% endfor %}
   {% endfor %}
   {% if counts %}
     {% do adapter.commit() %}
