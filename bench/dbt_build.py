@@ -9,7 +9,9 @@ database, as the loader would have left them. Side by side in one run:
   timed on `--sample` accounts and multiplied by N (each takes the same time: the same data);
 - `--tiny 1000 10000`: the models' nightly run (`dbt run`) at that many accounts of a few rows
   per table each, with each run's largest statement (bytes, from dbt's debug log), the
-  source-deletions hook's seconds (run_results.json) and nightly / first;
+  source-deletions and erasure hooks' seconds (run_results.json) and nightly / first;
+  `--erasures 100`: that many of them hold an erasure request (one guest's, recorded by
+  erase_person in the template account, then copied);
 - `--history medium large`: one account of each size loaded with Meltano and built; then a day
   of new data (as many arrivals, ledger lines, rewards and redemptions as its last whole day
   had) loaded by the daily sync; the nightly build against a `--full-refresh` build of the same
@@ -72,11 +74,18 @@ LOAD_TIMEOUT = 3600  # a first load of the large account takes minutes, more on 
 # dbt sent is the entry "On <connection>: <sql>", its SQL running to the next entry.
 LOG_ENTRY = re.compile(r"^(?:\x1b\[0m)?\d{2}:\d{2}:\d{2}\.\d+ \[", re.M)
 STATEMENT = re.compile(r"\]: On [^:\s]+: ", re.S)
-DELETIONS_HOOK = "apply_source_deletions"  # transform/dbt_project.yml's on-run-start entry
+DELETIONS_HOOK = "apply_source_deletions"  # transform/dbt_project.yml's on-run-start entries
+ERASURE_HOOK = "apply_erasures"
+# The suppression and salt tables erase_person creates in an account's raw schema
+# (macros/erasure_sql.sql): copied to the first --erasures accounts only.
+ERASURE_TABLES = ("guestdata_erasures", "guestdata_erasure_salt")
 
 
-def copy_accounts(conninfo: str, count: int, prefix: str, rows: int | None) -> None:
-    """`count` account schemas holding the template's raw tables (at most `rows` rows each)."""
+def copy_accounts(
+    conninfo: str, count: int, prefix: str, rows: int | None, erasures: int = 0
+) -> None:
+    """`count` account schemas holding the template's raw tables (at most `rows` rows each); the
+    first `erasures` of them its erasure requests too (ERASURE_TABLES, whole), if it has some."""
     with psycopg.connect(conninfo, autocommit=True) as connection:
         tables = [
             name
@@ -95,9 +104,12 @@ def copy_accounts(conninfo: str, count: int, prefix: str, rows: int | None) -> N
                     statements = [sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema))]
                     statements += [
                         sql.SQL("CREATE TABLE {} AS SELECT * FROM {}{}").format(
-                            sql.Identifier(schema, table), sql.Identifier(TEMPLATE, table), limit
+                            sql.Identifier(schema, table),
+                            sql.Identifier(TEMPLATE, table),
+                            sql.SQL("") if table in ERASURE_TABLES else limit,
                         )
                         for table in tables
+                        if number < erasures or table not in ERASURE_TABLES
                     ]
                     connection.execute(sql.SQL("; ").join(statements))
 
@@ -162,8 +174,8 @@ def measured_build(
     dbt: Dbt, command: str = "build", *options: str, timeout: float = 600
 ) -> dict[str, Any]:
     """One `dbt build` (or `dbt run`), every model built: its seconds, the largest statement it
-    sent (bytes of SQL, from dbt's debug log), and the source-deletions hook's seconds,
-    statements and largest statement."""
+    sent (bytes of SQL, from dbt's debug log), and the source-deletions and erasure hooks'
+    seconds, statements and largest statement."""
     logs = Path(tempfile.mkdtemp(prefix="run-", dir=dbt.target_dir))  # this run's log alone
     # dbt rolls its log over at 10 MB by default; a run of 1,000 accounts logs more.
     log_env = {"DBT_LOG_PATH": str(logs), "DBT_LOG_FILE_MAX_BYTES": "0"}
@@ -175,15 +187,17 @@ def measured_build(
         sys.exit(f"dbt build failed: {run.output[-3000:]}")
     logged = (logs / "dbt.log").read_bytes().decode("utf-8", errors="replace")
     shutil.rmtree(logs)  # tens of MB at 1,000 accounts
-    place = hook_place(DELETIONS_HOOK)
-    hook_statements = statement_sizes(hook_log(logged, place))
-    return {
+    measured: dict[str, Any] = {
         "seconds": elapsed,
         "largest_statement_bytes": max(statement_sizes(logged), default=0),
-        "deletions_hook_s": hook_seconds(dbt.target_dir, place),
-        "deletions_hook_statements": len(hook_statements),
-        "deletions_hook_largest_statement_bytes": max(hook_statements, default=0),
     }
+    for name, macro in (("deletions", DELETIONS_HOOK), ("erasure", ERASURE_HOOK)):
+        place = hook_place(macro)
+        hook_statements = statement_sizes(hook_log(logged, place))
+        measured[f"{name}_hook_s"] = hook_seconds(dbt.target_dir, place)
+        measured[f"{name}_hook_statements"] = len(hook_statements)
+        measured[f"{name}_hook_largest_statement_bytes"] = max(hook_statements, default=0)
+    return measured
 
 
 def statement_sizes(logged: str) -> list[int]:
@@ -317,6 +331,12 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=3, help="per-account builds timed")
     parser.add_argument("--tiny", type=int, nargs="*", default=[1000])
     parser.add_argument("--history", nargs="*", default=["medium", "large"])
+    parser.add_argument(
+        "--erasures",
+        type=int,
+        default=0,
+        help="this many of the --tiny accounts hold an erasure request (the hooks' cost)",
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--postgres-url", help="the server to use (default: 127.0.0.1:5432)")
     parser.add_argument(
@@ -375,9 +395,11 @@ def across_accounts(server: Any, work: Path, arguments: argparse.Namespace) -> d
                 server, database, work, arguments.accounts, arguments.sample
             )
             print(json.dumps(results["builds_across_accounts"], indent=2), flush=True)
+        if arguments.erasures:
+            erase_a_guest(server, database, work, conninfo)
         for count in arguments.tiny:
             prefix = f"guestdata_t{count}_"
-            copy_accounts(conninfo, count, prefix, TINY_ROWS)
+            copy_accounts(conninfo, count, prefix, TINY_ROWS, arguments.erasures)
             tiny = dbt_for(
                 server,
                 database,
@@ -401,6 +423,24 @@ def across_accounts(server: Any, work: Path, arguments: argparse.Namespace) -> d
             }
             print(count, "tiny accounts:", json.dumps(results[f"tiny_{count}"]), flush=True)
     return results
+
+
+def erase_a_guest(server: Any, database: str, work: Path, conninfo: str) -> None:
+    """An erasure request in the template account (erase_person, as a user records one): a guest
+    its tiny copies hold, by email."""
+    with psycopg.connect(conninfo) as connection:
+        row = connection.execute(
+            sql.SQL(
+                "SELECT email FROM {} WHERE email IS NOT NULL AND email NOT LIKE '%%*%%' LIMIT 1"
+            ).format(sql.Identifier(TEMPLATE, "guests"))
+        ).fetchone()
+    assert row is not None, "the template account holds no guest with an email"
+    erase = dbt_for(server, database, work, "erase", GUESTDATA_PG_SCHEMA=TEMPLATE)
+    run = erase.run(
+        "run-operation", "erase_person", extra_env={"GUESTDATA_ERASE_IDENTIFIER": row[0]}
+    )
+    if run.returncode != 0:
+        sys.exit(f"erase_person failed: {run.output[-3000:]}")
 
 
 def builds_across_accounts(

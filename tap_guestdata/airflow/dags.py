@@ -68,6 +68,8 @@ from tap_guestdata.run.catalog import GROUPS
 DAG_ID = "guestdata_meltano"
 REFRESH_DAG_ID = "guestdata_meltano_weekly_refresh"
 TRANSFORM_DAG_ID = "guestdata_transform"
+# A queue's group maps this group over its batches of accounts; each batch runs this task.
+BATCH_GROUP, LOAD_TASK = "accounts", "load"
 
 
 def queue_argument(queue: str) -> dict[str, Any]:
@@ -111,10 +113,10 @@ def queue_group(
             names = plan.names(schedule, queue, refresh=refresh)
             return batches(names, airflow_conf.getint("core", "max_map_length"))
 
-        @task_group(group_id="accounts")
+        @task_group(group_id=BATCH_GROUP)
         def batch(accounts: list[str]) -> None:
             GuestDataLoadOperator(
-                task_id="load",
+                task_id=LOAD_TASK,
                 accounts=accounts,
                 blocks=[EXTRACTOR, config.target, *config.after_load],
                 env=env,
@@ -135,6 +137,11 @@ def queue_group(
     return group
 
 
+def load_task_id(queue: TaskGroup) -> str:
+    """The id of a queue's load task (queue_group): `<queue>.accounts.load`."""
+    return f"{queue.group_id}.{BATCH_GROUP}.{LOAD_TASK}"
+
+
 def models_build(plan: AccountsPlan, dag_id: str, queues: Sequence[TaskGroup]) -> None:
     """The run's one `dbt_build`, of every account's models, after every queue's loads.
 
@@ -148,7 +155,7 @@ def models_build(plan: AccountsPlan, dag_id: str, queues: Sequence[TaskGroup]) -
         task_id="dbt_build",
         accounts=[plan.models(dag_id)],
         unmodelled=plan.outside_models(),
-        load_task_ids=[f"{group.group_id}.accounts.load" for group in queues],
+        load_task_ids=[load_task_id(group) for group in queues],
         blocks=config.transform,
         warehouse_conn_id=config.warehouse_connection_id or None,
         trigger_rule=TriggerRule.ALL_DONE,

@@ -146,6 +146,7 @@ class GuestDataAccountsOperator(BaseOperator):
         # The warehouse's connection (warehouse.py); None: the worker's TARGET_* environment.
         self.warehouse_conn_id = warehouse_conn_id
         self.warehouse_credentials: WarehouseCredentials | None = None  # read in execute
+        self.warned_no_warehouse = False  # the lineage warning, once a task
         self.hook: MeltanoHook | None = None
 
     @property
@@ -233,10 +234,11 @@ class GuestDataAccountsOperator(BaseOperator):
         return any("snowflake" in block for block in self.blocks)
 
     def warehouse(self, env: Mapping[str, str]) -> Warehouse | None:
-        """Where its tables are, for lineage and Assets; None (with a warning) when the run's
-        environment does not say (Meltano's own configuration holds the host)."""
+        """Where its tables are, for lineage and Assets; None (with a warning, once a task) when
+        the run's environment does not say (Meltano's own configuration holds the host)."""
         warehouse = warehouse_of(env, snowflake=self.snowflake)
-        if warehouse is None:
+        if warehouse is None and not self.warned_no_warehouse:
+            self.warned_no_warehouse = True
             self.log.warning(
                 "lineage: no warehouse host and database in the environment (a warehouse "
                 "connection, or TARGET_* variables); no table Assets or OpenLineage outputs"
@@ -392,8 +394,10 @@ class GuestDataLoadOperator(GuestDataAccountsOperator):
             for key in account.assets:
                 events.add(raw_asset(key))
             loaded = self.loaded.get(account.name)
-            for stream, table in (loaded.tables if loaded else {}).items():
-                rows = loaded.records.get(stream, 0) if loaded else 0
+            if loaded is None:  # failed, skipped, or no warehouse to name its tables by
+                continue
+            for stream, table in loaded.tables.items():
+                rows = loaded.records.get(stream, 0)
                 events.add(table.asset(), extra={"account": account.name, "rows": rows})
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -20,6 +21,7 @@ from tap_guestdata.airflow.lineage import (
     raw_schema_of,
     warehouse_of,
 )
+from tap_guestdata.airflow.operators import GuestDataLoadOperator
 
 pytestmark = pytest.mark.airflow
 
@@ -31,31 +33,50 @@ POSTGRES_ENV = {
 SNOWFLAKE_ENV = {"TARGET_SNOWFLAKE_ACCOUNT": "MyOrg-Acct1", "TARGET_SNOWFLAKE_DATABASE": "raw"}
 
 
-def test_a_table_has_one_name_in_openlineage_and_in_airflow() -> None:
-    postgres = warehouse_of(POSTGRES_ENV, snowflake=False)
-    assert postgres is not None
-    guests = postgres.table(raw_schema_of(POSTGRES_ENV, snowflake=False), "guests")
-    assert (postgres.namespace, guests.dataset_name) == (
-        "postgres://warehouse.internal:5432",
-        "analytics.guestdata_harbour.guests",
-    )
-    assert (
-        guests.asset().uri
-        == "postgres://warehouse.internal:5432/analytics/guestdata_harbour/guests"
-    )
+@pytest.mark.parametrize(
+    ("env", "snowflake", "namespace", "dataset", "uri"),
+    [
+        (
+            POSTGRES_ENV,
+            False,
+            "postgres://warehouse.internal:5432",
+            "analytics.guestdata_harbour.guests",
+            "postgres://warehouse.internal:5432/analytics/guestdata_harbour/guests",
+        ),
+        (
+            SNOWFLAKE_ENV,
+            True,
+            "snowflake://myorg-acct1",
+            "RAW.GUESTDATA.GUESTS",
+            "snowflake://myorg-acct1/RAW/GUESTDATA/GUESTS",
+        ),
+    ],
+    ids=["postgres", "snowflake"],
+)
+def test_a_table_has_one_name_in_openlineage_and_in_airflow(
+    env: dict[str, str], snowflake: bool, namespace: str, dataset: str, uri: str
+) -> None:
+    warehouse = warehouse_of(env, snowflake=snowflake)
+    assert warehouse is not None
+    guests = warehouse.table(raw_schema_of(env, snowflake=snowflake), "guests")
+    assert (warehouse.namespace, guests.dataset_name) == (namespace, dataset)
+    assert guests.asset().uri == uri
     assert guests.asset().name == guests.asset().uri  # as `Asset("postgres://...")` declares it
 
-    snowflake = warehouse_of(SNOWFLAKE_ENV, snowflake=True)
-    assert snowflake is not None
-    table = snowflake.table(raw_schema_of(SNOWFLAKE_ENV, snowflake=True), "guests")
-    assert (snowflake.namespace, table.dataset_name) == (
-        "snowflake://myorg-acct1",
-        "RAW.GUESTDATA.GUESTS",
-    )
-    assert table.asset().uri == "snowflake://myorg-acct1/RAW/GUESTDATA/GUESTS"
-    # No host or no database in the run's environment: no name is made up.
+
+def test_no_name_is_made_up_without_a_host_and_a_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert warehouse_of({"TARGET_POSTGRES_HOST": "h"}, snowflake=False) is None
     assert warehouse_of(POSTGRES_ENV, snowflake=True) is None
+    # A task of many accounts says so once, not once per account.
+    load = GuestDataLoadOperator(task_id="load", accounts=[], project_root=str(tmp_path))
+    warnings: list[str] = []
+    logged = SimpleNamespace(warning=lambda message, *args: warnings.append(message % args))
+    monkeypatch.setattr(GuestDataLoadOperator, "log", property(lambda _: logged))
+    assert load.warehouse({}) is None and load.warehouse({}) is None
+    assert load.warehouse(POSTGRES_ENV) is not None
+    assert len(warnings) == 1 and "no warehouse host and database" in warnings[0]
 
 
 def test_a_load_reports_each_endpoint_read_and_each_table_written_with_its_rows() -> None:

@@ -35,7 +35,6 @@ from guestdata_sandbox.testing import SandboxProcess
 from support.sandbox import module_sandbox_as_of, this_instant
 from support.snowflake_pipeline import (
     DBT_BUILD,
-    DBT_UTILITY,
     LOADER,
     PLUGINS,
     PROJECT_ROOT,
@@ -48,7 +47,7 @@ pytestmark = pytest.mark.snowflake
 @pytest.fixture(scope="session")
 def fakesnow_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The loader's plugin venv (target-snowflake, fakesnow, guestdata-fakesnow), installed or
-    found up to date once per session."""
+    found up to date once per session, with the tap and the dbt utility (dbt-snowflake)."""
     scratch = tmp_path_factory.mktemp("snowflake-install")
     env = {key: value for key, value in os.environ.items() if not key.startswith("MELTANO_")}
     env["MELTANO_DATABASE_URI"] = f"sqlite:///{scratch / 'meltano.db'}"
@@ -82,7 +81,6 @@ def built_folder(
     job with dbt (DBT_JOB) leaves."""
     folder = copy_of(loaded_folder, tmp_path_factory.mktemp("snowflake-built"))
     pipeline = SnowflakePipeline.in_folder(folder, fakesnow_venv, base_url=None)
-    demo_pipeline.run_meltano(["install", DBT_UTILITY], pipeline.env, pipeline.log_path)
     pipeline.run(*DBT_BUILD)
     return folder
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import demo_pipeline
-from support.snowflake_pipeline import DBT_UTILITY, SnowflakePipeline
+from support.snowflake_pipeline import SnowflakePipeline
 
 pytestmark = pytest.mark.snowflake
 
@@ -63,11 +62,10 @@ connection.execute("commit")
 def many_schemas(
     fakesnow_venv: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> SnowflakePipeline:
-    """A fresh fakesnow folder (no load) holding the 1,000 account schemas and the two others,
-    and the dbt utility installed (as the session's build installs it)."""
+    """A fresh fakesnow folder (no load) holding the 1,000 account schemas and the two others
+    (the dbt utility: installed with fakesnow_venv)."""
     folder = tmp_path_factory.mktemp("snowflake-lookup")
     pipeline = SnowflakePipeline.in_folder(folder, fakesnow_venv, base_url=None)
-    demo_pipeline.run_meltano(["install", DBT_UTILITY], pipeline.env, pipeline.log_path)
     database = pipeline.warehouse.database
     pipeline.warehouse.query(f"CREATE DATABASE IF NOT EXISTS {database}")  # fakesnow's own setup
     schemas = [f"+{account_schema(number)}" for number in range(ACCOUNTS)]

@@ -23,10 +23,11 @@ import demo_pipeline
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOADER = "target-snowflake--fakesnow"
-PLUGINS = ("tap-guestdata", LOADER)
 JOB = ("--environment=dev", "run", "guestdata-to-snowflake-fakesnow")
 # The same load, then dbt build by dbt-snowflake under fakesnow.
 DBT_UTILITY = "dbt-snowflake--fakesnow"
+# What the Snowflake tests install, once a session (one `meltano install`).
+PLUGINS = ("tap-guestdata", LOADER, DBT_UTILITY)
 DBT_JOB = ("--environment=dev", "run", "guestdata-to-snowflake-fakesnow-dbt")
 # The job's dbt build alone: after JOB, the folder DBT_JOB leaves.
 DBT_BUILD = ("--environment=dev", "run", f"{DBT_UTILITY}:build")

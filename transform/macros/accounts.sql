@@ -146,6 +146,43 @@ from {{ api.Relation.create(database=target.database, schema=relation.schema, id
   {%- endif -%}
 {%- endmacro %}
 
+{#- A statement that names many accounts holds at most this many bytes of their SQL (the
+    source-deletions and erasure hooks cut their accounts into batches so): half of the 512 KB
+    every statement of a build stays under (issue 43; Snowflake truncates a larger one in its query
+    history), so the SQL around a batch (a few KB) never takes it over. -#}
+{% macro statement_batch_bytes() %}
+  {{ return(262144) }}
+{% endmacro %}
+
+{#- `parts` (each a dict with its SQL's `size`) in order, cut into lists whose sizes add up to at
+    most `budget` each (a part larger than the budget goes alone). -#}
+{% macro batches_within(parts, budget) %}
+  {% set batches, filled = [], {'size': 0} %}
+  {% for part in parts %}
+    {% if not batches or filled.size + part.size > budget %}
+      {% do batches.append([]) %}
+      {% do filled.update({'size': 0}) %}
+    {% endif %}
+    {% do batches[-1].append(part) %}
+    {% do filled.update({'size': filled.size + part.size}) %}
+  {% endfor %}
+  {{ return(batches) }}
+{% endmacro %}
+
+{#- One PostgreSQL statement running every update or delete of `changes` (SQL, one table each)
+    as a data-modifying CTE, after `ctes` (a `with` list they read, or ''): how many rows they
+    changed in all is its one row. An update changes one table, and each account's raw rows are
+    tables of their own: this changes many accounts' in one round trip. -#}
+{% macro postgres_changes_sql(changes, ctes='') %}
+  {% set named, counted = [], [] %}
+  {% for sql in changes %}
+    {% do named.append("changed_" ~ loop.index ~ " as (" ~ sql ~ " returning 1)") %}
+    {% do counted.append("select 1 from changed_" ~ loop.index) %}
+  {% endfor %}
+  {{ return((ctes ~ ",\n" if ctes else "with ") ~ named | join(",\n")
+            ~ "\nselect count(*) from (" ~ union_all(counted) ~ ") as changed") }}
+{% endmacro %}
+
 {#- `branches` under union all, nested as a balanced tree of parentheses: PostgreSQL analyses a
     chain of unions one recursion level per branch, and 10,000 branches exceed its stack
     (max_stack_depth, 2 MB by default); the tree is 14 levels deep. -#}

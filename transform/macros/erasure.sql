@@ -85,14 +85,18 @@
   {% set identifier_hash = local_md5(salt ~ request.value) %}
   {% set request_hash = local_md5(salt ~ request.kind ~ ':' ~ request.value) %}
   {% set identifiers = erasure_record(context, request_hash, identifier_hash, request.kind) %}
-  {% set counts = erasure_apply(context) %}
+  {% set counts = erasure_apply([context]) %}
   {% do adapter.commit() %}
   {{ log('erasure ' ~ request_hash ~ ' (' ~ request.kind ~ ', ' ~ identifiers
          ~ ' identifiers suppressed): ' ~ erasure_counts_text(counts), info=True) }}
 {% endmacro %}
 
 {#- on-run-start: re-erase whoever a sync brought back, in every account that holds erasure
-    requests (each in its own raw schema); a no-op without any suppression table. -#}
+    requests (each in its own raw schema); a no-op without any suppression table. Bounded by the
+    accounts' watermarks (hook_watermarks), raw tables and models alike: a person a sync brought
+    back is in a raw row loaded since the last build, and in a model row built from one. The
+    accounts are checked together: their salts and requests in one query per batch, each model
+    table updated once per batch of accounts, not once per account. -#}
 {% macro apply_erasures(on_run_start=false) %}
   {% if not execute or (on_run_start and flags.WHICH not in ['build', 'run', 'test', 'retry']) %}
     {{ return('') }}
@@ -101,17 +105,10 @@
   {% if not contexts %}
     {{ return('') }}
   {% endif %}
-  {% set counts, requests, watermarks = {}, [], hook_watermarks() %}
-  {% for context in contexts %}
-    {% do erasure_check_salt(context) %}
-    {#- a person a sync brought back is in a raw row loaded since the last build -#}
-    {% for name, count in erasure_apply(context, watermarks.get(context.account)).items() %}
-      {% do counts.update({name: counts.get(name, 0) + count}) %}
-    {% endfor %}
-    {% do requests.append(run_query('select count(distinct request_hash) from ' ~ context.table).columns[0].values()[0] | int) %}
-  {% endfor %}
+  {% set requests = erasure_check_salts(contexts) %}
+  {% set counts = erasure_apply(contexts, hook_watermarks()) %}
   {% do adapter.commit() %}
-  {{ log('erasures: ' ~ requests | sum ~ ' requests on record; erased again: '
+  {{ log('erasures: ' ~ requests ~ ' requests on record; erased again: '
          ~ erasure_counts_text(counts), info=True) }}
   {{ return('') }}
 {% endmacro %}
@@ -215,14 +212,33 @@
 {% endmacro %}
 
 {% macro erasure_check_salt(context) %}
-  {% set others = run_query("select count(*) from " ~ context.table ~ " where salt_check <> "
-                            ~ erasure_salt_check_sql(context)).columns[0].values()[0] %}
-  {% if others | int > 0 %}
-    {{ exceptions.raise_compiler_error(
-        others ~ " erasure entries were recorded under another salt than "
-        ~ context.salt_table ~ " holds, so they would match nobody: restore the table from a "
-        ~ "backup, or re-record the requests still open (docs/security.md, The salt).") }}
-  {% endif %}
+  {% do erasure_check_salts([context]) %}
+{% endmacro %}
+
+{#- Every context's entries were recorded under its own salt table's salt (else they match
+    nobody); returns how many requests they hold in all. One query per batch of accounts. -#}
+{% macro erasure_check_salts(contexts) %}
+  {% set parts = [] %}
+  {% for context in contexts %}
+    {% set sql = "select '" ~ context.salt_table ~ "' as salt_table,"
+        ~ " (select count(distinct request_hash) from " ~ context.table ~ ") as requests,"
+        ~ " (select count(*) from " ~ context.table ~ " where salt_check <> "
+        ~ erasure_salt_check_sql(context) ~ ") as others" %}
+    {% do parts.append({'sql': sql, 'size': sql | length}) %}
+  {% endfor %}
+  {% set requests = [] %}
+  {% for batch in batches_within(parts, statement_batch_bytes()) %}
+    {% for salt_table, held, others in run_query(union_all(batch | map(attribute='sql') | list)).rows %}
+      {% if others | int > 0 %}
+        {{ exceptions.raise_compiler_error(
+            others ~ " erasure entries were recorded under another salt than "
+            ~ salt_table ~ " holds, so they would match nobody: restore the table from a "
+            ~ "backup, or re-record the requests still open (docs/security.md, The salt).") }}
+      {% endif %}
+      {% do requests.append(held | int) %}
+    {% endfor %}
+  {% endfor %}
+  {{ return(requests | sum) }}
 {% endmacro %}
 
 {#- Suppress the identifier and every contact and id on the rows it names (one step: an email's
@@ -263,33 +279,110 @@
                       ~ request_hash ~ "'").columns[0].values()[0]) }}
 {% endmacro %}
 
-{#- Erase every suppressed person from every table that exists. Only rows not yet in their erased
-    form change, so the counts are rows changed and a second run changes (and counts) nothing.
-    `since` (hook_watermarks): of the raw tables, only the rows loaded since then. -#}
-{% macro erasure_apply(context, since=none) %}
+{#- Erase every suppressed person of `contexts` (erasure_contexts) from every table that exists.
+    Only rows not yet in their erased form change, so the counts are rows changed and a second
+    run changes (and counts) nothing. `watermarks` (hook_watermarks: {account: since}): of an
+    account with one, only the rows loaded since then, in the raw tables and the models (their
+    loaded_at); every row of the others. A raw table: an update per account (each account's is
+    its own table; on PostgreSQL a batch of them per statement), its columns from one catalog
+    query for every account. A model: one update per batch of accounts (statement_batch_bytes),
+    each account matched by its own requests (ids collide across accounts). -#}
+{% macro erasure_apply(contexts, watermarks={}) %}
   {% set counts = {} %}
   {% for target in erasure_targets() %}
-    {% set relation = erasure_raw_relation(target.name, context.account) if target.raw
-                      else erasure_model_relation(target.name) %}
-    {% if relation is not none %}
-      {% set match = erasure_match(context, email=target.email, phone=target.phone,
-                                   row_id=target.get('id'), id_kind=target.get('id_kind')) %}
-      {#- the models hold every account: only this account's rows (ids collide across accounts) -#}
-      {% if not target.raw %}
-        {% set match = "lower(source_relation) = '" ~ context.account ~ "' and " ~ match %}
-      {% else %}
-        {% set match = loaded_since(since) ~ " and " ~ match %}
+    {% set changed, changes = [], [] %}
+    {% if target.raw %}
+      {% set raw_columns = {} %}
+      {% for relation in raw_relations(target.name) %}
+        {% do raw_columns.update({relation.schema | lower: relation}) %}
+      {% endfor %}
+      {% for context in contexts %}
+        {% set found = raw_columns.get(context.account) %}
+        {#- erase_person's raw schema may be outside the accounts' pattern (GUESTDATA_PG_SCHEMA):
+            looked up on its own; an account's (erasure_contexts) lacks a table not found -#}
+        {% if found is not none %}
+          {% set relation = api.Relation.create(database=context.table.database,
+              schema=found.schema, identifier=target.name, type='table') %}
+        {% else %}
+          {% set relation = none if context.get('listed')
+                            else erasure_raw_relation(target.name, context.account) %}
+        {% endif %}
+        {% if relation is not none %}
+          {% set match = loaded_since(watermarks.get(context.account)) ~ " and "
+                         ~ erasure_target_match(context, target) %}
+          {% do changes.append(erasure_change_sql(relation, target, match,
+                                                  none if found is none else found.columns)) %}
+        {% endif %}
+      {% endfor %}
+      {% if changes %}
+        {% do changed.append(erasure_run_changes(changes)) %}
       {% endif %}
-      {% if target.get('delete') %}
-        {% set sql = 'delete from ' ~ relation ~ ' where ' ~ match %}
-      {% else %}
-        {% set sql = erasure_update_sql(relation, target.set, match) %}
+    {% else %}
+      {% set relation = erasure_model_relation(target.name) %}
+      {% if relation is not none %}
+        {% set columns = adapter.get_columns_in_relation(relation) | map(attribute='name') | list %}
+        {% set parts = [] %}
+        {% for context in contexts %}
+          {% set sql = "(lower(source_relation) = '" ~ context.account ~ "' and "
+              ~ loaded_since(watermarks.get(context.account), 'loaded_at') ~ " and "
+              ~ erasure_target_match(context, target) ~ ")" %}
+          {% do parts.append({'sql': sql, 'size': sql | length}) %}
+        {% endfor %}
+        {% for batch in batches_within(parts, statement_batch_bytes()) %}
+          {% set match = "(" ~ batch | map(attribute='sql') | join("\n or ") ~ ")" %}
+          {% set change = erasure_change_sql(relation, target, match, columns) %}
+          {% do changed.append(erasure_run_changes([change])) %}
+        {% endfor %}
       {% endif %}
-      {% set response, _ = adapter.execute(sql, auto_begin=true) %}
-      {% do counts.update({target.name: response.rows_affected}) %}
+    {% endif %}
+    {% if changed %}
+      {% do counts.update({target.name: changed | sum}) %}
     {% endif %}
   {% endfor %}
   {{ return(counts) }}
+{% endmacro %}
+
+{#- A context's rows of an erasure target: its suppressed contacts and ids. -#}
+{% macro erasure_target_match(context, target) %}
+  {{ return(erasure_match(context, email=target.email, phone=target.phone,
+                          row_id=target.get('id'), id_kind=target.get('id_kind'))) }}
+{% endmacro %}
+
+{#- The statement erasing the rows of `relation` that `match` finds, as `target` says (a
+    delete, or an update to their erased form). -#}
+{% macro erasure_change_sql(relation, target, match, columns=none) %}
+  {% if target.get('delete') %}
+    {{ return('delete from ' ~ relation ~ ' where ' ~ match) }}
+  {% endif %}
+  {{ return(erasure_update_sql(relation, target.set, match, columns=columns)) }}
+{% endmacro %}
+
+{#- Runs `changes` (erasure_change_sql); returns how many rows they changed in all. PostgreSQL:
+    a batch of them per statement (postgres_changes_sql); elsewhere one statement each. -#}
+{% macro erasure_run_changes(changes) %}
+  {{ return(adapter.dispatch('erasure_run_changes', 'guestdata')(changes)) }}
+{% endmacro %}
+
+{% macro postgres__erasure_run_changes(changes) %}
+  {% set parts, changed = [], [] %}
+  {% for sql in changes %}
+    {% do parts.append({'sql': sql, 'size': (sql | length) + 64}) %}
+  {% endfor %}
+  {% for batch in batches_within(parts, statement_batch_bytes()) %}
+    {% set sql = postgres_changes_sql(batch | map(attribute='sql') | list) %}
+    {% set _, found = adapter.execute(sql, auto_begin=true, fetch=true) %}
+    {% do changed.append(found.rows[0][0] | int) %}
+  {% endfor %}
+  {{ return(changed | sum) }}
+{% endmacro %}
+
+{% macro default__erasure_run_changes(changes) %}
+  {% set changed = [] %}
+  {% for sql in changes %}
+    {% set response, _ = adapter.execute(sql, auto_begin=true) %}
+    {% do changed.append(response.rows_affected) %}
+  {% endfor %}
+  {{ return(changed | sum) }}
 {% endmacro %}
 
 {#- `columns`: the relation's, if the caller holds them (one catalog look-up fewer per table). -#}

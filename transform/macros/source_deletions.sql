@@ -94,28 +94,6 @@
   {{ return({'windows': "(" ~ union_all(windows) ~ ")", 'raw': "(" ~ union_all(raw) ~ ")"}) }}
 {% endmacro %}
 
-{#- Each of the hook's statements holds at most this many bytes of its accounts' SQL: half of
-    the 512 KB every statement of a build stays under (issue 43; Snowflake truncates a larger one
-    in its query history), so the CTEs around a batch (about 1.5 KB) never take it over. -#}
-{% macro source_deletions_batch_bytes() %}
-  {{ return(262144) }}
-{% endmacro %}
-
-{#- `parts` (each a dict with its SQL's `size`) in order, cut into lists whose sizes add up to at
-    most `budget` each (a part larger than the budget goes alone). -#}
-{% macro batches_within(parts, budget) %}
-  {% set batches, filled = [], {'size': 0} %}
-  {% for part in parts %}
-    {% if not batches or filled.size + part.size > budget %}
-      {% do batches.append([]) %}
-      {% do filled.update({'size': 0}) %}
-    {% endif %}
-    {% do batches[-1].append(part) %}
-    {% do filled.update({'size': filled.size + part.size}) %}
-  {% endfor %}
-  {{ return(batches) }}
-{% endmacro %}
-
 {#- A read of read_windows (`reads`) of the account `account` (an SQL expression) that
     stg_guestdata__guest_reads (`applied`) holds as trusted from this very raw row, built a
     lookback after it was loaded: the hook that ran before that build saw it trusted and applied
@@ -131,7 +109,7 @@
     accounts that took 10.6 s of a nightly run where nothing was new). Each account's branch
     applies its own watermark; the reads model is joined once per query, to the union: inside
     each branch it was read once per account (10,000 accounts: over 6 minutes at 100% CPU). One
-    query per batch of accounts (source_deletions_batch_bytes). -#}
+    query per batch of accounts (statement_batch_bytes). -#}
 {% macro schemas_with_reads_since(stream, tables, watermarks, applied) %}
   {% set branches = [] %}
   {% for schema, relations in tables.items() if watermarks.get(schema | lower) is not none %}
@@ -144,7 +122,7 @@
   {% endfor %}
   {% set not_applied = '' if applied is none else ' where not ' ~ applied_read(applied, 'reads.account') %}
   {% set found = [] %}
-  {% for batch in batches_within(branches, source_deletions_batch_bytes()) %}
+  {% for batch in batches_within(branches, statement_batch_bytes()) %}
     {% set union = union_all(batch | map(attribute='sql') | list) %}
     {% do found.extend(run_query("select distinct raw_schema from (" ~ union ~ ") as reads"
                                  ~ not_applied).columns[0].values()) %}
@@ -251,13 +229,8 @@ deleted as (
 {% endmacro %}
 
 {% macro postgres__flag_source_deletions(stream, parts, applied) %}
-  {% set flags, counted = [], [] %}
-  {% for part in parts %}
-    {% do flags.append(",\nflagged_" ~ loop.index ~ " as (" ~ part.flag ~ " returning 1)") %}
-    {% do counted.append("select 1 from flagged_" ~ loop.index) %}
-  {% endfor %}
-  {% set sql = source_deletions_sql(stream, parts, applied) ~ flags | join('')
-               ~ "\nselect count(*) from (" ~ union_all(counted) ~ ") as flagged" %}
+  {% set sql = postgres_changes_sql(parts | map(attribute='flag') | list,
+                                    source_deletions_sql(stream, parts, applied)) %}
   {% set _, found = adapter.execute(sql, auto_begin=true, fetch=true) %}
   {{ return(found.rows[0][0]) }}
 {% endmacro %}
@@ -295,7 +268,7 @@ deleted as (
     does; rows already in that form are not counted again. Each account's reads flag only its
     own raw rows (a read of one account says nothing of another's). The accounts with new reads
     (and those the models do not hold yet) are checked together, a batch of accounts per
-    statement (source_deletions_batch_bytes), not a statement per account: at 10,000 accounts
+    statement (statement_batch_bytes), not a statement per account: at 10,000 accounts
     one update each took about 520 s of an 872 s nightly run. -#}
 {% macro apply_source_deletions(on_run_start=false) %}
   {% if not execute or (on_run_start and flags.WHICH not in ['build', 'run', 'test', 'retry']) %}
@@ -313,7 +286,7 @@ deleted as (
     {% for schema, tables in accounts.items() if schema in loaded or watermarks.get(schema | lower) is none %}
       {% do parts.append(source_deletions_part(stream, schema, tables, watermarks.get(schema | lower))) %}
     {% endfor %}
-    {% for batch in batches_within(parts, source_deletions_batch_bytes()) %}
+    {% for batch in batches_within(parts, statement_batch_bytes()) %}
       {% do counts.update({stream.name: counts.get(stream.name, 0)
                                         + flag_source_deletions(stream, batch, applied)}) %}
     {% endfor %}
