@@ -95,29 +95,6 @@ md5({{ erasure_salt_sql(context) }} || {{ normalised_expression }})
   {{ return(none) }}
 {% endmacro %}
 
-{#- The suppression table and the salt table, for a model or test: {'table': none} when nobody
-    was ever erased (then the model is unchanged). -#}
-{% macro erasure_context(schema=none) %}
-  {% set account = (schema or erasure_raw_location().schema) | lower %}
-  {% if not execute %}
-    {{ return({'table': none, 'salt_table': none, 'account': account}) }}
-  {% endif %}
-  {% set table = erasure_raw_relation(erasure_table_name(), schema) %}
-  {% set salt_table = erasure_raw_relation(erasure_salt_table_name(), schema) %}
-  {% if table is not none and salt_table is none %}
-    {% do erasure_salt_table_missing(table) %}
-  {% endif %}
-  {{ return({'table': table, 'salt_table': salt_table, 'account': account}) }}
-{% endmacro %}
-
-{% macro erasure_salt_table_missing(table) %}
-  {{ exceptions.raise_compiler_error(
-      table ~ " exists without " ~ erasure_salt_table_name() ~ " beside it: its entries were "
-      ~ "recorded under GUESTDATA_ERASURE_SALT (tap-guestdata 0.1), which is no longer read. "
-      ~ "Re-record the requests still open under the warehouse's own salt: delete the entries, "
-      ~ "then run the erase command again for each (docs/security.md, The salt).") }}
-{% endmacro %}
-
 {#- The erasure context of every account schema that holds erasure requests, from two catalog
     queries (the suppression tables, the salt tables), not two look-ups per account: a request is
     recorded in the raw schema of the account it was made to, and acts on that account's rows
@@ -130,7 +107,11 @@ md5({{ erasure_salt_sql(context) }} || {{ normalised_expression }})
     {% set table = api.Relation.create(database=raw.database, schema=relation.schema,
                                        identifier=erasure_table_name(), type='table') %}
     {% if relation.schema not in salted %}
-      {% do erasure_salt_table_missing(table) %}
+      {{ exceptions.raise_compiler_error(
+          table ~ " exists without " ~ erasure_salt_table_name() ~ " beside it: its entries were "
+          ~ "recorded under GUESTDATA_ERASURE_SALT (tap-guestdata 0.1), which is no longer read. "
+          ~ "Re-record the requests still open under the warehouse's own salt: delete the entries, "
+          ~ "then run the erase command again for each (docs/security.md, The salt).") }}
     {% endif %}
     {% do contexts.append({'table': table, 'account': relation.schema | lower, 'listed': true,
         'salt_table': api.Relation.create(database=raw.database, schema=relation.schema,

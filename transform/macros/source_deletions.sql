@@ -45,54 +45,65 @@
   {{ return(tables) }}
 {% endmacro %}
 
-{#- Every complete read of a stream recorded in an account's read_windows (those `reads_where`,
-    SQL over `reads`, selects) with how many of its rows the warehouse holds (rows_held).
-    `tables`: the account's, from read_tables; only the raw rows from the selected reads'
-    earliest window are read. Or `tables` from accounts_read_tables (`by_account`): every
-    account's at once, each read and row with its source_relation. -#}
-{% macro read_holdings_sql(stream, tables, reads_where='1 = 1', by_account=false) %}
-  {% set windows, raw = tables.windows, tables.raw %}
-  {% set selected = "reads.stream = '" ~ stream.name ~ "' and (" ~ reads_where ~ ")" %}
-  {% set account = 'reads.source_relation, ' if by_account else '' %}
-  {#- Per account, the earliest window bounds the raw rows read; across accounts, that floor
-      would be one more union to plan, and the join's own bounds give the same rows. -#}
-  {% set floor = "" if by_account else (
-      " and held." ~ stream.time ~ " >= (select min(reads.covers_from) from " ~ windows
-      ~ " as reads where " ~ selected ~ ")") %}
+{#- Every complete read of a stream in `tables` (SQL of every account's reads and raw rows, each
+    with its source_relation: accounts_read_tables, or the hook's source_deletions_sql) that
+    `reads_where` (SQL over `reads`) selects, with how many of its rows the warehouse holds
+    (rows_held: rows of its venue and window, version >= read_version). A read is trusted once
+    rows_held >= rows_read: the one rule, for the reads model and the hook alike. -#}
+{% macro read_holdings_sql(stream, tables, reads_where='1 = 1') %}
   {{ return(
-    "select " ~ account ~ "reads.venue_id, reads.read_version, reads.read_started_at,"
+    "select reads.source_relation, reads.venue_id, reads.read_version, reads.read_started_at,"
     ~ " reads.covers_from, reads.covers_until, reads.completed_at, reads.rows_read,"
     ~ " count(distinct held.id) as rows_held, max(reads._sdc_batched_at) as loaded_at"
-    ~ " from " ~ windows ~ " as reads"
-    ~ " left join " ~ raw ~ " as held"
-    ~ " on " ~ ("held.source_relation = reads.source_relation and " if by_account else "")
-    ~ "held.venue_id = reads.venue_id"
+    ~ " from " ~ tables.windows ~ " as reads"
+    ~ " left join " ~ tables.raw ~ " as held"
+    ~ " on held.source_relation = reads.source_relation"
+    ~ " and held.venue_id = reads.venue_id"
     ~ " and held." ~ stream.time ~ " >= reads.covers_from"
     ~ " and held." ~ stream.time ~ " < reads.covers_until"
     ~ " and held._sdc_table_version >= reads.read_version"
-    ~ floor
-    ~ " where " ~ selected
-    ~ " group by " ~ account ~ "reads.venue_id, reads.read_version, reads.read_started_at,"
+    ~ " where reads.stream = '" ~ stream.name ~ "' and (" ~ reads_where ~ ")"
+    ~ " group by reads.source_relation, reads.venue_id, reads.read_version, reads.read_started_at,"
     ~ " reads.covers_from, reads.covers_until, reads.completed_at, reads.rows_read"
   ) }}
 {% endmacro %}
 
+{#- One account's read_windows and raw table of a stream (`relations`: read_tables') as two plain
+    selects (account_branch), each row with its source_relation. `reads_where`, `held_where`
+    (SQL, or none): only those rows; `flags`: more columns of the reads, first (SQL ending in a
+    comma). -#}
+{% macro account_read_branches(stream, schema, relations, reads_where=none, held_where=none, flags='') %}
+  {% set account = "cast('" ~ schema | lower ~ "' as " ~ dbt.type_string() ~ ") as source_relation, " %}
+  {{ return({
+      'reads': account_branch("select " ~ account ~ flags ~ "stream, venue_id, read_version,"
+          ~ " read_started_at, covers_from, covers_until, completed_at, rows_read, _sdc_batched_at"
+          ~ " from " ~ relations.windows ~ " as reads"
+          ~ (" where " ~ reads_where if reads_where else "")),
+      'held': account_branch("select " ~ account ~ "id, venue_id, " ~ stream.time
+          ~ ", _sdc_table_version from " ~ relations.raw
+          ~ (" where " ~ held_where if held_where else ""))
+  }) }}
+{% endmacro %}
+
 {#- Every account's read_windows and raw table of a stream (`tables`: read_tables) as two
-    unions of plain selects, each row with its source_relation: joined and grouped once on top.
-    PostgreSQL plans a union whose every branch joins and groups in time growing faster than
-    the branches (40 s at 1,000 accounts); plain selects (account_branch), in proportion. -#}
+    unions of plain selects (account_read_branches): joined and grouped once on top. PostgreSQL
+    plans a union whose every branch joins and groups in time growing faster than the branches
+    (40 s at 1,000 accounts); plain selects, in proportion. -#}
 {% macro accounts_read_tables(stream, tables) %}
   {% set windows, raw = [], [] %}
   {% for schema, relations in tables.items() %}
-    {% set account = "cast('" ~ schema | lower ~ "' as " ~ dbt.type_string() ~ ") as source_relation, " %}
-    {% do windows.append(account_branch("select " ~ account ~ "stream, venue_id, read_version,"
-        ~ " read_started_at, covers_from, covers_until, completed_at, rows_read, _sdc_batched_at"
-        ~ " from " ~ relations.windows)) %}
-    {% do raw.append(account_branch("select " ~ account ~ "id, venue_id, " ~ stream.time
-        ~ ", _sdc_table_version from " ~ relations.raw)) %}
+    {% set branches = account_read_branches(stream, schema, relations) %}
+    {% do windows.append(branches.reads) %}
+    {% do raw.append(branches.held) %}
   {% endfor %}
   {{ return({'windows': "(" ~ union_all(windows) ~ ")", 'raw': "(" ~ union_all(raw) ~ ")"}) }}
 {% endmacro %}
+
+{#- The reads of a stream the hook applies, of an account whose watermark is `since` (SQL over
+    `reads`): those loaded since then (every read without one). -#}
+{% macro hook_reads_where(stream, since) -%}
+  reads.stream = '{{ stream.name }}' and {{ loaded_since(since, 'reads._sdc_batched_at') }}
+{%- endmacro %}
 
 {#- A read of read_windows (`reads`) of the account `account` (an SQL expression) that
     stg_guestdata__guest_reads (`applied`) holds as trusted from this very raw row, built a
@@ -103,28 +114,26 @@
   exists (select 1 from {{ applied }} as applied where applied.source_relation = {{ account }} and applied.is_trusted and applied.venue_id = reads.venue_id and applied.read_version = reads.read_version and applied.loaded_at = reads._sdc_batched_at and applied.built_at >= {{ dbt.dateadd('hour', incremental_lookback_hours(), 'reads._sdc_batched_at') }})
 {%- endmacro %}
 
-{#- The raw schemas among `tables` (read_tables) holding a read of the stream the hook applies
-    (loaded since the account's watermark, not one `applied` holds as applied_read says): only
-    their trusted reads are checked (an account with none would be read for nothing; at 1,000
-    accounts that took 10.6 s of a nightly run where nothing was new). Each account's branch
+{#- The accounts (source_relation: their raw schemas in lower case) among `tables` (read_tables)
+    holding a read of the stream the hook applies (hook_reads_where, not one `applied` holds as
+    applied_read says): only their trusted reads are checked (an account with none would be
+    read for nothing; at 1,000 accounts that took 10.6 s of a nightly run where nothing was
+    new). Each account's branch
     applies its own watermark; the reads model is joined once per query, to the union: inside
     each branch it was read once per account (10,000 accounts: over 6 minutes at 100% CPU). One
     query per batch of accounts (statement_batch_bytes). -#}
 {% macro schemas_with_reads_since(stream, tables, watermarks, applied) %}
   {% set branches = [] %}
   {% for schema, relations in tables.items() if watermarks.get(schema | lower) is not none %}
-    {% set branch = account_branch("select cast('" ~ schema ~ "' as " ~ dbt.type_string()
-        ~ ") as raw_schema, cast('" ~ schema | lower ~ "' as " ~ dbt.type_string()
-        ~ ") as account, venue_id, read_version, _sdc_batched_at from " ~ relations.windows
-        ~ " as reads where reads.stream = '" ~ stream.name ~ "' and "
-        ~ loaded_since(watermarks.get(schema | lower), 'reads._sdc_batched_at')) %}
+    {% set branch = account_read_branches(stream, schema, relations,
+        reads_where=hook_reads_where(stream, watermarks.get(schema | lower))).reads %}
     {% do branches.append({'sql': branch, 'size': branch | length}) %}
   {% endfor %}
-  {% set not_applied = '' if applied is none else ' where not ' ~ applied_read(applied, 'reads.account') %}
+  {% set not_applied = '' if applied is none else ' where not ' ~ applied_read(applied, 'reads.source_relation') %}
   {% set found = [] %}
   {% for batch in batches_within(branches, statement_batch_bytes()) %}
     {% set union = union_all(batch | map(attribute='sql') | list) %}
-    {% do found.extend(run_query("select distinct raw_schema from (" ~ union ~ ") as reads"
+    {% do found.extend(run_query("select distinct source_relation from (" ~ union ~ ") as reads"
                                  ~ not_applied).columns[0].values()) %}
   {% endfor %}
   {{ return(found) }}
@@ -136,37 +145,30 @@
     watermark, as before: a first or full read applies every read). `held`: its raw rows, from
     the earliest window of those reads on (past a watermark; a row before it is in no window
     read, so it cannot be flagged; applied_read is left out of this floor, as it would read the
-    reads model once per account, so it is at or before the applied reads' own). `flag`: the update of its raw table (PostgreSQL's data-
-    modifying CTE). `size`: the bytes it adds to its batch's statement (128 for the CTE's name,
-    its count and the unions' parentheses: about 100 each). -#}
+    reads model once per account, so it is at or before the applied reads' own). `flag`: the
+    update of its raw table (PostgreSQL's data-modifying CTE). `size`: the bytes it adds to its
+    batch's statement (128 for the CTE's name, its count and the unions' parentheses: about 100
+    each). -#}
 {% macro source_deletions_part(stream, schema, tables, since) %}
-  {% set account = "cast('" ~ schema ~ "' as " ~ dbt.type_string() ~ ") as raw_schema, " %}
-  {% set reads = account_branch("select " ~ account ~ "cast('" ~ schema | lower ~ "' as "
-      ~ dbt.type_string() ~ ") as source_relation, "
-      ~ ("true" if since is not none else "false") ~ " as checks_applied, venue_id,"
-      ~ " read_version, covers_from, covers_until, completed_at, rows_read, _sdc_batched_at"
-      ~ " from " ~ tables.windows ~ " as reads where reads.stream = '" ~ stream.name ~ "' and "
-      ~ loaded_since(since, 'reads._sdc_batched_at')) %}
-  {% set floor = "" if since is none else (
-      " where " ~ stream.time ~ " >= (select min(reads.covers_from) from " ~ tables.windows
-      ~ " as reads where reads.stream = '" ~ stream.name ~ "' and "
-      ~ loaded_since(since, 'reads._sdc_batched_at') ~ ")") %}
-  {% set held = account_branch("select " ~ account ~ "id, venue_id, " ~ stream.time
-      ~ " as row_time, _sdc_table_version from " ~ tables.raw ~ floor) %}
+  {% set selected = hook_reads_where(stream, since) %}
+  {% set floor = none if since is none else (stream.time ~ " >= (select min(reads.covers_from)"
+      ~ " from " ~ tables.windows ~ " as reads where " ~ selected ~ ")") %}
+  {% set branches = account_read_branches(stream, schema, tables, reads_where=selected,
+      held_where=floor, flags=("true" if since is not none else "false") ~ " as checks_applied, ") %}
   {% set flag = flag_deleted_sql(stream, tables,
-      "id in (select deleted_id from deleted where raw_schema = '" ~ schema ~ "')") %}
-  {{ return({'schema': schema, 'tables': tables, 'reads': reads, 'held': held, 'flag': flag,
-             'size': (reads | length) + (held | length) + (flag | length) + 128}) }}
+      "id in (select deleted_id from deleted where source_relation = '" ~ schema | lower ~ "')") %}
+  {{ return({'schema': schema, 'tables': tables, 'reads': branches.reads, 'held': branches.held,
+             'flag': flag,
+             'size': (branches.reads | length) + (branches.held | length) + (flag | length) + 128}) }}
 {% endmacro %}
 
 {#- The raw rows the API no longer returns, of a batch of accounts (`parts`,
-    source_deletions_part), as CTEs ending in `deleted` (raw_schema, deleted_id): one statement
-    for the batch, not one per account. A read is trusted once the warehouse holds at least
-    rows_read of its rows (version >= read_version); a row is deleted in the source when a trusted
-    read covered its venue and instant and its newest version is older than the read. The
-    reads and the raw rows are unions of plain selects joined and grouped once on top (as the
-    reads model does: PostgreSQL plans a union whose every branch joins and groups in time
-    growing faster than the branches). -#}
+    source_deletions_part), as CTEs ending in `deleted` (source_relation, deleted_id): one
+    statement for the batch, not one per account. A row is deleted in the source when a trusted
+    read (read_holdings_sql) covered its venue and instant and its newest version is older than
+    the read. The reads and the raw rows are unions of plain selects joined and grouped once on
+    top (as the reads model does: PostgreSQL plans a union whose every branch joins and groups in
+    time growing faster than the branches). -#}
 {% macro source_deletions_sql(stream, parts, applied) -%}
 with reads as (
     select * from ({{ union_all(parts | map(attribute='reads') | list) }}) as reads
@@ -178,30 +180,20 @@ held as (
     {{ union_all(parts | map(attribute='held') | list) }}
 ),
 trusted as (
-    select reads.raw_schema, reads.venue_id, reads.read_version, reads.covers_from,
-        reads.covers_until
-    from reads
-    left join held
-        on held.raw_schema = reads.raw_schema
-        and held.venue_id = reads.venue_id
-        and held.row_time >= reads.covers_from
-        and held.row_time < reads.covers_until
-        and held._sdc_table_version >= reads.read_version
-    group by reads.raw_schema, reads.venue_id, reads.read_version, reads.covers_from,
-        reads.covers_until, reads.completed_at, reads.rows_read
-    having count(distinct held.id) >= reads.rows_read
+    select * from ({{ read_holdings_sql(stream, {'windows': 'reads', 'raw': 'held'}) }}) as holdings
+    where rows_held >= rows_read
 ),
 ids as (
-    select raw_schema, id, venue_id, min(row_time) as row_time,
+    select source_relation, id, venue_id, min({{ stream.time }}) as row_time,
         max(coalesce(_sdc_table_version, 0)) as newest_version
     from held
-    group by raw_schema, id, venue_id
+    group by source_relation, id, venue_id
 ),
 deleted as (
-    select distinct ids.raw_schema, ids.id as deleted_id
+    select distinct ids.source_relation, ids.id as deleted_id
     from ids
     inner join trusted
-        on trusted.raw_schema = ids.raw_schema
+        on trusted.source_relation = ids.source_relation
         and trusted.venue_id = ids.venue_id
         and ids.row_time >= trusted.covers_from
         and ids.row_time < trusted.covers_until
@@ -241,15 +233,15 @@ deleted as (
     update at all. -#}
 {% macro default__flag_source_deletions(stream, parts, applied) %}
   {% set _, found = adapter.execute(source_deletions_sql(stream, parts, applied)
-      ~ "\nselect raw_schema, deleted_id from deleted order by raw_schema, deleted_id",
+      ~ "\nselect source_relation, deleted_id from deleted order by source_relation, deleted_id",
       auto_begin=true, fetch=true) %}
   {% set ids = {} %}
-  {% for schema, deleted_id in found.rows %}
-    {% do ids.setdefault(schema, []).append(deleted_id | int) %}
+  {% for account, deleted_id in found.rows %}
+    {% do ids.setdefault(account, []).append(deleted_id | int) %}
   {% endfor %}
   {% set changed = [] %}
-  {% for part in parts if part.schema in ids %}
-    {% for chunk in ids[part.schema] | batch(source_deletions_ids_per_update()) %}
+  {% for part in parts if part.schema | lower in ids %}
+    {% for chunk in ids[part.schema | lower] | batch(source_deletions_ids_per_update()) %}
       {% set where = "id in (" ~ chunk | join(', ') ~ ")" %}
       {% set response, _ = adapter.execute(flag_deleted_sql(stream, part.tables, where), auto_begin=true) %}
       {% do changed.append(response.rows_affected) %}
@@ -283,7 +275,7 @@ deleted as (
     {% set accounts = read_tables(stream) %}
     {% set loaded = schemas_with_reads_since(stream, accounts, watermarks, applied) %}
     {% set parts = [] %}
-    {% for schema, tables in accounts.items() if schema in loaded or watermarks.get(schema | lower) is none %}
+    {% for schema, tables in accounts.items() if schema | lower in loaded or watermarks.get(schema | lower) is none %}
       {% do parts.append(source_deletions_part(stream, schema, tables, watermarks.get(schema | lower))) %}
     {% endfor %}
     {% for batch in batches_within(parts, statement_batch_bytes()) %}
@@ -352,6 +344,6 @@ select
     completed_at,
     rows_held >= rows_read as is_trusted,
     loaded_at
-from ({{ read_holdings_sql(stream, accounts_read_tables(stream, tables), reads_where, by_account=true) }}) as holdings
+from ({{ read_holdings_sql(stream, accounts_read_tables(stream, tables), reads_where) }}) as holdings
   {%- endif -%}
 {%- endmacro %}
