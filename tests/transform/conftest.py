@@ -60,6 +60,12 @@ def run_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+def load_job() -> tuple[str, ...]:
+    """The Meltano command of the module's load (`loaded`): by default the job users run."""
+    return RUN_ALL
+
+
+@pytest.fixture(scope="module")
 def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("dbt-target")
 
@@ -72,12 +78,13 @@ def loaded(
     e2e_database: str,
     target_dir: Path,
     run_env: dict[str, str],
+    load_job: tuple[str, ...],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> MeltanoProject:
-    """The job users run: every stream, the timestamptz step, then dbt build."""
+    """The job users run (`load_job`): every stream, the timestamptz step, then dbt build."""
     logs = tmp_path_factory.mktemp("logs")
     project = meltano_project(sandbox, pg_server, e2e_database, target_dir, logs, **run_env)
-    project.run(*RUN_ALL)
+    project.run(*load_job)
     return project
 
 
