@@ -25,6 +25,17 @@ from support.pipeline import (
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_dbt_thread() -> Iterator[None]:
+    """dbt runs one model or test at a time here (GUESTDATA_DBT_THREADS, which every dbt and
+    Meltano process of this suite inherits): a test's data is small, and four threads cost a build
+    about 8% more CPU for no time (on CI's two cores, shared by five lanes). The e2e and Airflow
+    suites build with the default four, as users do."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GUESTDATA_DBT_THREADS", "1")
+        yield
+
+
 @pytest.fixture(scope="module")
 def e2e_database(pg_server: Any) -> Iterator[str]:
     """The models' load goes to a database of its own: the e2e suite's tables (other sandboxes,
