@@ -25,10 +25,10 @@ from support.pipeline import (
 )
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def one_dbt_thread() -> Iterator[None]:
-    """dbt runs one model or test at a time here (GUESTDATA_DBT_THREADS, which every dbt and
-    Meltano process of this suite inherits): a test's data is small, and four threads cost a build
+    """dbt runs one model or test at a time in these modules (GUESTDATA_DBT_THREADS, which their
+    dbt and Meltano processes inherit): a test's data is small, and four threads cost a build
     about 8% more CPU for no time (on CI's two cores, shared by five lanes). The e2e and Airflow
     suites build with the default four, as users do."""
     with pytest.MonkeyPatch.context() as patch:
