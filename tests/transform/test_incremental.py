@@ -244,6 +244,8 @@ def test_the_deletions_hook_reads_only_the_reads_loaded_since_the_last_build(
     )
     incremental = dbt.run("run")
     assert incremental.returncode == 0, incremental.output[-3000:]
+    # GUESTDATA_DBT_THREADS (tests/transform/conftest.py) reaches the profile (default 4)
+    assert "Concurrency: 1 threads (target='postgres')" in incremental.output
     assert query(conninfo, flagged, venue_id, start, end) == [(0,)]
     full = dbt.run("run", "--full-refresh")
     assert full.returncode == 0, full.output[-3000:]
