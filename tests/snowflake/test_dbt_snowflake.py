@@ -211,7 +211,8 @@ def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_under_fakesno
     built: SnowflakePipeline,
 ) -> None:
     """The typed union (macros/accounts.sql) on Snowflake's catalog: three copies of the
-    account, two of them (paired in the union's tree) without the guests' VENUE_ID."""
+    account, two of them (paired in the union's tree) without the guests' VENUE_ID. Each
+    account's select a view of its own (a batch of 1 byte), dropped once the model is built."""
     schemas = ("GUESTDATA_TYPED_A", "GUESTDATA_TYPED_B", "GUESTDATA_TYPED_C")
     models = "GUESTDATA_TYPED_MODELS"
     try:
@@ -226,13 +227,27 @@ def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_under_fakesno
         )
         # No LIKE escape on Snowflake: `_` matches any character, and the models' own schemas
         # hold no ACCOUNT table.
+        logged_before = len(built.statements())
         built.invoke_dbt(
             "run",
             "--select",
             "stg_guestdata__account stg_guestdata__guests",
             GUESTDATA_RAW_SCHEMAS="GUESTDATA_TYPED%",
             GUESTDATA_DBT_SCHEMA=models,
+            GUESTDATA_STATEMENT_BATCH_BYTES="1",
         )
+        views = [
+            statement.split(" as\n")[0]
+            for statement in built.statements()[logged_before:]
+            if statement.startswith("create or replace view")
+        ]
+        assert [view.rsplit(".", 1)[1] for view in views if "GUESTS__UNION" in view.upper()] == [
+            f"stg_guestdata__guests__union_guests_{number}" for number in (1, 2, 3)
+        ], views
+        (left,) = built.warehouse.query(
+            f"SELECT table_name FROM information_schema.views WHERE table_schema LIKE '{models}%'"
+        )
+        assert left == []
         venues = mart_rows(
             built,
             "SELECT lower(source_relation) AS relation, count(venue_id) AS venues, count(*) AS n"

@@ -37,7 +37,14 @@ pytestmark = pytest.mark.e2e
 
 TWIN = "guestdata_twin"
 MODELS = "guestdata_every_account"
-EVERY_ACCOUNT = {"GUESTDATA_RAW_SCHEMAS": "guestdata%", "GUESTDATA_DBT_SCHEMA": MODELS}
+# A batch of 1 byte: every account's select a view of its own, as thousands of accounts' are cut
+# into views (macros/accounts.sql, bounded_union_all), and every hook one account a statement;
+# the builds of one account, and the Airflow and Snowflake tests of several, put them whole.
+EVERY_ACCOUNT = {
+    "GUESTDATA_RAW_SCHEMAS": "guestdata%",
+    "GUESTDATA_DBT_SCHEMA": MODELS,
+    "GUESTDATA_STATEMENT_BATCH_BYTES": "1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +147,17 @@ def test_one_build_holds_both_accounts_each_equal_to_its_truth(
     # The ids collide: every guest id of the twin is also one of the first account's.
     twin_ids = {g["id"] for g in truth[TWIN]["guests"]}
     assert twin_ids and twin_ids <= {g["id"] for g in truth[RAW_SCHEMA]["guests"]}
+    # Each account's selects were views of their own (EVERY_ACCOUNT), and none is left.
+    logged = (every_account.target_dir / "logs" / "dbt.log").read_text()
+    for union in (
+        "stg_guestdata__members__union_members",
+        "stg_guestdata__guest_reads__union_read_windows",
+        "stg_guestdata__guest_reads__union_guests_held",
+    ):
+        assert f'{union}_2" as' in logged and f'{union}_3"' not in logged, union
+    assert not query(
+        conninfo, "SELECT viewname FROM pg_views WHERE schemaname LIKE %s", f"{MODELS}%"
+    )
 
 
 def test_a_full_refresh_a_deletion_and_an_erasure_in_one_account_leave_the_other_unchanged(
@@ -399,7 +417,10 @@ def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_where_it_exis
 ) -> None:
     """A tap upgrade adds a non-text column; two accounts not reloaded since lack it. In the union,
     their nulls take the column's type from the schema that has it: a bare null is text, and two
-    adjacent text branches fail the union against the bigint one, for every account."""
+    adjacent text branches fail the union against the bigint one, for every account.
+
+    Each account's select a view of its own (EVERY_ACCOUNT's batch of 1 byte), so the views'
+    union meets the types too, and the views are gone once the models are built."""
     schemas = ("guestdata_typed_a", "guestdata_typed_b", "guestdata_typed_c")
     models = "guestdata_typed_models"
     try:
@@ -423,6 +444,17 @@ def test_a_column_two_adjacent_schemas_lack_reads_null_of_its_type_where_it_exis
             },
         )
         assert run.returncode == 0, run.output[-3000:]
+        logged = (tmp_path / "logs" / "dbt.log").read_text()
+        staging = f'"{e2e_database}"."{models}_staging"'
+        for number in (1, 2, 3):
+            view = f'{staging}."stg_guestdata__guests__union_guests_{number}"'
+            assert f"create view {view}" in logged
+        assert "stg_guestdata__guests__union_guests_4" not in logged
+        assert not query(
+            conninfo,
+            "SELECT viewname FROM pg_views WHERE schemaname LIKE %s",
+            f"{models}%",
+        )
         venues = query(
             conninfo,
             f"SELECT source_relation, count(venue_id), count(*) FROM {models}_staging."

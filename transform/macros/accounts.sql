@@ -25,8 +25,8 @@
   {{ return(name if (schema | lower).startswith(prefix) and name else none) }}
 {%- endmacro %}
 
-{#- The accounts' raw copies of one table: a list of {'schema', 'columns', 'types'} in schema
-    order, from a bounded number of catalog queries (the tables of 10,000 schemas are one or a
+{#- The accounts' raw copies of one table: a list of {'schema', 'columns', 'types', 'signature'
+    (the columns and types as one text: equal for copies of the same shape)} in schema order, from a bounded number of catalog queries (the tables of 10,000 schemas are one or a
     few round trips, not 10,000). Types are `;`-separated: a type's own text may hold a comma
     (numeric(10,2)). -#}
 {% macro raw_relations(table) %}
@@ -36,7 +36,8 @@
   {% set relations = [] %}
   {% for query in raw_columns_queries(table, raw_schema_pattern()) %}
     {% for row in run_query(query).rows %}
-      {% do relations.append({'schema': row[0], 'columns': row[1].split(','), 'types': row[2].split(';')}) %}
+      {% do relations.append({'schema': row[0], 'columns': row[1].split(','), 'types': row[2].split(';'),
+                              'signature': row[1] ~ ' ' ~ row[2]}) %}
     {% endfor %}
   {% endfor %}
   {{ return(relations) }}
@@ -108,7 +109,14 @@
     the type it has where it exists (a bare null in a union is text, so two schemas without a
     bigint column would fail the union against the one with it, as dbt_utils.union_relations
     casts for). No schema holds the table yet: the source itself, so the error names what is
-    missing. -#}
+    missing.
+
+    Bounded at any number of accounts (issue 43): the selects go into the statement whole while
+    they fit in statement_batch_bytes(); past that, each batch becomes a view beside the model
+    (account_union_views), and the statement unions the views. A select is rendered per shape of
+    table, not per account: copies loaded by the same tap share their columns, and an account's
+    select is then its schema's name around the shape's column list (`raw_table.*` where the
+    table's columns are the union's, in order). -#}
 {% macro union_raw(table) -%}
   {%- set relations = raw_relations(table) -%}
   {%- if not relations -%}
@@ -118,40 +126,146 @@ select
     raw_table.*
 from {{ source('guestdata', table) }} as raw_table
   {%- else -%}
+  {%- set shapes = {} -%}
+  {%- for relation in relations if relation.signature not in shapes -%}
+    {%- do shapes.update({relation.signature: relation}) -%}
+  {%- endfor -%}
   {%- set columns = [] -%}
   {%- set types = {} -%}
-  {%- for relation in relations -%}
-    {%- for column in relation.columns if column | lower not in columns -%}
+  {%- for relation in shapes.values() -%}
+    {%- for column in relation.columns if column | lower not in types -%}
       {%- do columns.append(column | lower) -%}
       {%- do types.update({column | lower: relation.types[relation.columns.index(column)]}) -%}
     {%- endfor -%}
   {%- endfor -%}
+  {%- set folded = columns | map('upper' if unquoted_names_upper() else 'lower') | list -%}
+  {%- set select_lists = {} -%}
+  {%- for signature, relation in shapes.items() -%}
+    {%- set held = relation.columns | map('lower') | list -%}
+    {%- set listed = [] -%}
+    {%- for column in columns -%}
+      {%- do listed.append((adapter.quote(relation.columns[held.index(column)]) if column in held
+                            else 'cast(null as ' ~ types[column] ~ ')') ~ ' as ' ~ column) -%}
+    {%- endfor -%}
+    {%- do select_lists.update({signature: 'raw_table.*' if relation.columns == folded else listed | join(',\n    ')}) -%}
+  {%- endfor -%}
 -- depends_on: {{ source('guestdata', table) }}
-  {%- set branches = [] %}
-  {%- for relation in relations %}
-  {%- set held = relation.columns | map('lower') | list %}
-  {%- set name = account_name_of(relation.schema) %}
-  {%- set branch %}
-select
-    cast('{{ relation.schema | lower }}' as {{ dbt.type_string() }}) as source_relation,
-    cast({{ "'" ~ name ~ "'" if name else 'null' }} as {{ dbt.type_string() }}) as account_name,
-    {% for column in columns -%}
-    {{ adapter.quote(relation.columns[held.index(column)]) if column in held else 'cast(null as ' ~ types[column] ~ ')' }} as {{ column }}{{ ',' if not loop.last }}
-    {% endfor -%}
-from {{ api.Relation.create(database=target.database, schema=relation.schema, identifier=table) }}
-  {%- endset %}
-  {%- do branches.append(account_branch(branch)) %}
+  {%- set branches = [] -%}
+  {%- for relation in relations -%}
+    {%- set name = account_name_of(relation.schema) -%}
+    {%- do branches.append(account_branch(
+        "select\n    cast('" ~ relation.schema | lower ~ "' as " ~ dbt.type_string() ~ ") as source_relation,"
+        ~ "\n    cast(" ~ ("'" ~ name ~ "'" if name else 'null') ~ " as " ~ dbt.type_string() ~ ") as account_name,"
+        ~ "\n    " ~ select_lists[relation.signature]
+        ~ "\nfrom " ~ api.Relation.create(database=target.database, schema=relation.schema, identifier=table)
+        ~ " as raw_table")) -%}
   {%- endfor %}
-{{ union_all(branches) }}
+{{ bounded_union_all(branches, table) }}
   {%- endif -%}
 {%- endmacro %}
 
-{#- A statement that names many accounts holds at most this many bytes of their SQL (the
-    source-deletions and erasure hooks cut their accounts into batches so): half of the 512 KB
+{#- `branches` (a select per account) under union all: in the statement whole while they fit in
+    statement_batch_bytes(); past that, each batch a view beside the model being built (named
+    after `name`: account_union_views), and the views' union. Outside a model (a hook, an
+    operation): whole. -#}
+{% macro bounded_union_all(branches, name) %}
+  {% set sized = [] %}
+  {% for branch in branches %}
+    {% do sized.append({'sql': branch, 'size': branch | length + 16}) %}
+  {% endfor %}
+  {% set batches = batches_within(sized, statement_batch_bytes()) %}
+  {% if batches | length <= 1 or this is not defined or this is none %}
+    {{ return(union_all(branches)) }}
+  {% endif %}
+  {{ return(union_all(account_union_views(name, batches))) }}
+{% endmacro %}
+
+{#- A union's batches of account selects (bounded_union_all) as views beside the model being
+    built, `<model>__union_<name>_<n>`: a select of each, for the model's statement to union. Each
+    view's statement holds one batch. They last only while the model builds: its post-hook drops
+    them (account_union_views_dropped; on PostgreSQL inside the model's transaction, so no
+    other session sees them, and a loader's later change to a raw table is never blocked by a
+    view reading it). -#}
+{% macro account_union_views(name, batches) %}
+  {% set selects = [] %}
+  {% for batch in batches %}
+    {% set view = api.Relation.create(database=this.database, schema=this.schema,
+                                      identifier=this.identifier ~ '__union_' ~ name ~ '_' ~ loop.index,
+                                      type='view') %}
+    {% do run_query(account_union_view_sql(view, union_all(batch | map(attribute='sql') | list))) %}
+    {% do selects.append('select * from ' ~ view) %}
+  {% endfor %}
+  {{ return(selects) }}
+{% endmacro %}
+
+{% macro account_union_view_sql(view, select_sql) %}
+  {{ return(adapter.dispatch('account_union_view_sql', 'guestdata')(view, select_sql)) }}
+{% endmacro %}
+
+{#- PostgreSQL: a view's columns cannot change under `or replace`, and an account's new column
+    changes them. -#}
+{% macro postgres__account_union_view_sql(view, select_sql) %}
+  {{ return('drop view if exists ' ~ view ~ ';\ncreate view ' ~ view ~ ' as\n' ~ select_sql) }}
+{% endmacro %}
+
+{% macro default__account_union_view_sql(view, select_sql) %}
+  {{ return('create or replace view ' ~ view ~ ' as\n' ~ select_sql) }}
+{% endmacro %}
+
+{#- Every model's post-hook: the union views its build made (account_union_views), dropped. One
+    catalog query of the model's schema; no statement more where there are none. -#}
+{% macro account_union_views_dropped() %}
+  {% if not execute %}
+    {{ return('') }}
+  {% endif %}
+  {% set prefix = this.identifier ~ '__union_' %}
+  {% set found = run_query(account_union_views_sql(this.schema, prefix)) %}
+  {% set drops = [] %}
+  {% for row in found.rows if (row[0] | lower).startswith(prefix | lower) %}
+    {% do drops.append('drop view if exists '
+        ~ api.Relation.create(database=this.database, schema=this.schema, identifier=row[0], type='view')) %}
+  {% endfor %}
+  {{ return(drops | join(';\n')) }}
+{% endmacro %}
+
+{#- The names of the views in `schema` whose names start with `prefix` (LIKE's own wildcards in
+    it escaped; the caller compares the names exactly). -#}
+{% macro account_union_views_sql(schema, prefix) %}
+  {{ return(adapter.dispatch('account_union_views_sql', 'guestdata')(schema, prefix)) }}
+{% endmacro %}
+
+{% macro postgres__account_union_views_sql(schema, prefix) %}
+  {{ return("select viewname from pg_catalog.pg_views where schemaname = '" ~ schema
+            ~ "' and viewname like '" ~ prefix | replace('_', '\\_') ~ "%'") }}
+{% endmacro %}
+
+{% macro default__account_union_views_sql(schema, prefix) %}
+  {{ return("select table_name from information_schema.views where table_schema = '" ~ schema | upper
+            ~ "' and table_name like '" ~ prefix | upper ~ "%'") }}
+{% endmacro %}
+
+{#- Whether the warehouse folds an unquoted name to upper case (Snowflake) or lower (PostgreSQL):
+    how union_raw's `as <column>` names read. -#}
+{% macro unquoted_names_upper() %}
+  {{ return(adapter.dispatch('unquoted_names_upper', 'guestdata')()) }}
+{% endmacro %}
+
+{% macro postgres__unquoted_names_upper() %}
+  {{ return(false) }}
+{% endmacro %}
+
+{% macro default__unquoted_names_upper() %}
+  {{ return(true) }}
+{% endmacro %}
+
+{#- A statement that names many accounts holds at most this many bytes of their SQL (union_raw,
+    the source-deletions and erasure hooks cut their accounts into batches so; the var
+    guestdata_statement_batch_bytes, or GUESTDATA_STATEMENT_BATCH_BYTES, sets another: the tests
+    cut two accounts apart so): half of the 512 KB
     every statement of a build stays under (issue 43; Snowflake truncates a larger one in its query
     history), so the SQL around a batch (a few KB) never takes it over. -#}
 {% macro statement_batch_bytes() %}
-  {{ return(262144) }}
+  {{ return(var('guestdata_statement_batch_bytes', env_var('GUESTDATA_STATEMENT_BATCH_BYTES', '262144')) | int) }}
 {% endmacro %}
 
 {#- `parts` (each a dict with its SQL's `size`) in order, cut into lists whose sizes add up to at

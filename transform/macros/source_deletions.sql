@@ -88,7 +88,8 @@
 {#- Every account's read_windows and raw table of a stream (`tables`: read_tables) as two
     unions of plain selects (account_read_branches): joined and grouped once on top. PostgreSQL
     plans a union whose every branch joins and groups in time growing faster than the branches
-    (40 s at 1,000 accounts); plain selects, in proportion. -#}
+    (40 s at 1,000 accounts); plain selects, in proportion. Bounded as union_raw's
+    (bounded_union_all). -#}
 {% macro accounts_read_tables(stream, tables) %}
   {% set windows, raw = [], [] %}
   {% for schema, relations in tables.items() %}
@@ -96,7 +97,8 @@
     {% do windows.append(branches.reads) %}
     {% do raw.append(branches.held) %}
   {% endfor %}
-  {{ return({'windows': "(" ~ union_all(windows) ~ ")", 'raw': "(" ~ union_all(raw) ~ ")"}) }}
+  {{ return({'windows': "(" ~ bounded_union_all(windows, 'read_windows') ~ ")",
+              'raw': "(" ~ bounded_union_all(raw, stream.name ~ '_held') ~ ")"}) }}
 {% endmacro %}
 
 {#- The reads of a stream the hook applies, of an account whose watermark is `since` (SQL over
