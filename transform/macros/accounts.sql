@@ -26,8 +26,9 @@
 {%- endmacro %}
 
 {#- The accounts' raw copies of one table: a list of {'schema', 'columns', 'types', 'signature'
-    (the columns and types as one text: equal for copies of the same shape)} in schema order, from a bounded number of catalog queries (the tables of 10,000 schemas are one or a
-    few round trips, not 10,000). Types are `;`-separated: a type's own text may hold a comma
+    (the columns and types as one text: equal for copies of the same shape)} in schema order,
+    from a bounded number of catalog queries (the tables of 10,000 schemas are one or a few
+    round trips, not 10,000). Types are `;`-separated: a type's own text may hold a comma
     (numeric(10,2)). -#}
 {% macro raw_relations(table) %}
   {% if not execute %}
