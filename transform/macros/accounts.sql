@@ -182,16 +182,17 @@ from {{ source('guestdata', table) }} as raw_table
 {% endmacro %}
 
 {#- A union's batches of account selects (bounded_union_all) as views beside the model being
-    built, `<model>__union_<name>_<n>`: a select of each, for the model's statement to union. Each
-    view's statement holds one batch. They last only while the model builds: its post-hook drops
-    them (account_union_views_dropped; on PostgreSQL inside the model's transaction, so no
-    other session sees them, and a loader's later change to a raw table is never blocked by a
-    view reading it). -#}
+    built, `<model>__union_<name>_<n>` (cut to PostgreSQL's 63 characters): a select of each,
+    for the model's statement to union. Each view's statement holds one batch. They last only
+    while the model builds: its post-hook drops them (account_union_views_dropped; on
+    PostgreSQL inside the model's transaction, so no other session sees them, and a loader's
+    later change to a raw table is never blocked by a view reading it). -#}
 {% macro account_union_views(name, batches) %}
   {% set selects = [] %}
   {% for batch in batches %}
+    {#- 57 characters and `_<n>`: PostgreSQL's names end at 63. -#}
     {% set view = api.Relation.create(database=this.database, schema=this.schema,
-                                      identifier=this.identifier ~ '__union_' ~ name ~ '_' ~ loop.index,
+                                      identifier=(this.identifier ~ '__union_' ~ name)[:57] ~ '_' ~ loop.index,
                                       type='view') %}
     {% do run_query(account_union_view_sql(view, union_all(batch | map(attribute='sql') | list))) %}
     {% do selects.append('select * from ' ~ view) %}
