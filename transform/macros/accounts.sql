@@ -220,7 +220,8 @@ from {{ source('guestdata', table) }} as raw_table
   {% if not execute %}
     {{ return('') }}
   {% endif %}
-  {% set prefix = this.identifier ~ '__union_' %}
+  {#- the names account_union_views gives, cut as they are cut -#}
+  {% set prefix = (this.identifier ~ '__union_')[:57] %}
   {% set found = run_query(account_union_views_sql(this.schema, prefix)) %}
   {% set drops = [] %}
   {% for row in found.rows if (row[0] | lower).startswith(prefix | lower) %}
