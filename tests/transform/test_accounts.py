@@ -193,6 +193,14 @@ def test_a_full_refresh_a_deletion_and_an_erasure_in_one_account_leave_the_other
     run = every_account.build()
     assert run.returncode == 0, run.output[-3000:]
 
+    # Only the twin had new raw rows: the build read its schema alone, and the first account
+    # keeps what its last build made (macros/changed_accounts.sql).
+    assert "accounts with new raw rows: 1 of 2" in run.output
+    members = (
+        every_account.target_dir / "compiled/guestdata/models/staging/stg_guestdata__members.sql"
+    ).read_text()
+    assert f'"{TWIN}"."members" as raw_table' in members
+    assert f'"{RAW_SCHEMA}"."members" as raw_table' not in members
     assert rows_of(conninfo, RAW_SCHEMA) == first_before
     assert rows_of(conninfo, TWIN) != twin_before
     visits = f"SELECT sum(visits) FROM {MODELS}.fct_venue_daily WHERE source_relation = %s"

@@ -180,8 +180,8 @@ select {{ columns }} from {{ arg_dict['temp_relation'] }} where not guestdata_is
     are computed again. -#}
 {% macro accounts_new_or_renamed() -%}
     select accounts.source_relation
-    from {{ ref('stg_guestdata__account') }} as accounts
-    left join (select distinct source_relation, account_id, account_name from {{ this }}) as built
+    from {{ rebuilt_rows(ref('stg_guestdata__account'), 'accounts') }}
+    left join (select distinct source_relation, account_id, account_name from {{ rebuilt_rows(this) }}) as built
         on built.source_relation = accounts.source_relation
     where built.source_relation is null
         or built.account_id is distinct from accounts.account_id

@@ -312,6 +312,11 @@ deleted as (
   {%- set stream = (source_deletion_streams() | selectattr('name', 'equalto', 'guests') | list
                     or [none])[0] -%}
   {%- set tables = read_tables(stream) if stream is not none else {} -%}
+  {#- only the accounts with new raw rows (macros/changed_accounts.sql) -#}
+  {%- set rebuilt = rebuilt_accounts() if existing is not none else none -%}
+  {%- for schema in tables.keys() | list if rebuilt is not none and schema | lower not in rebuilt -%}
+    {%- do tables.pop(schema) -%}
+  {%- endfor -%}
   {%- set reads_where = '1 = 1' -%}
   {%- if existing is not none -%}
     {#- hashed subplans: a subquery per read row, correlated on its account, would scan the

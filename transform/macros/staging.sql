@@ -29,16 +29,14 @@ left join {{ ref('stg_guestdata__account') }} as accounts
 where ranked.loader_row_rank = 1
 {%- endmacro %}
 
-{#- The account columns every staging model starts with (its rows from latest_rows), and an
-    incremental model's built_at. -#}
+{#- The account columns every staging model starts with (its rows from latest_rows), and
+    built_at (every staging model is incremental: by key, `incremental`, or by account). -#}
 {% macro account_columns(incremental=false) -%}
     {{- tombstone_column(incremental) }}
     cast(source_relation as {{ dbt.type_string() }}) as source_relation,
     cast(account_id as {{ dbt.type_bigint() }}) as account_id,
     cast(account_name as {{ dbt.type_string() }}) as account_name,
-    {%- if incremental %}
     {{ build_started_at() }} as built_at,
-    {%- endif %}
 {%- endmacro %}
 
 {#- A contact as one person: the email (lower case), or the phone where the splash page collects

@@ -8,11 +8,11 @@
 -- was written since the last build, erased, no longer listed, or whose tier's name changed are
 -- computed again (the ledger grows with the history; a night touches a few hundred members).
 with members as (
-    select * from {{ ref('stg_guestdata__members') }}
+    select * from {{ rebuilt_rows(ref('stg_guestdata__members')) }}
 ),
 
 tiers as (
-    select * from {{ ref('stg_guestdata__tiers') }}
+    select * from {{ rebuilt_rows(ref('stg_guestdata__tiers')) }}
 ),
 {% if incremental %}
 since as (
@@ -29,7 +29,7 @@ affected as (
         or members.source_relation in ({{ accounts_new_or_renamed() }})
     union
     select ledger.source_relation, ledger.member_id
-    from {{ ref('stg_guestdata__member_ledger') }} as ledger
+    from {{ rebuilt_rows(ref('stg_guestdata__member_ledger'), 'ledger') }}
     cross join since
     where ledger.loaded_at >= since.since
     union
@@ -41,7 +41,7 @@ affected as (
     union
     -- members no longer listed, and tiers renamed or gone (tiers are read again every run)
     select built.source_relation, built.member_id
-    from {{ this }} as built
+    from {{ rebuilt_rows(this, 'built') }}
     left join members
         on members.source_relation = built.source_relation and members.member_id = built.member_id
     left join tiers
@@ -60,7 +60,7 @@ ledger as (
         row_number() over (
             partition by source_relation, member_id order by created_at desc, ledger_entry_id desc
         ) as newest_first
-    from {{ ref('stg_guestdata__member_ledger') }}
+    from {{ rebuilt_rows(ref('stg_guestdata__member_ledger')) }}
     {%- if incremental %}
     where (source_relation, member_id) in (select source_relation, member_id from affected)
     {%- endif %}

@@ -1,8 +1,9 @@
+{{ account_table_config(holds_accounts=true) }}
 -- depends_on: {{ ref('guestdata_account_status') }}
 -- One row per offer: the funnel counted from rewards and redemptions by the rules of the
 -- offer's data.stats (spec 2.12), and the API's offer_stats beside it.
 with offers as (
-    select * from {{ ref('stg_guestdata__offers') }}
+    select * from {{ ref('stg_guestdata__offers') }} where {{ in_rebuilt_accounts() }}
 ),
 
 rewards as (
@@ -14,6 +15,7 @@ rewards as (
         sum(case when status_as_read = 'expired' then 1 else 0 end) as expired,
         sum(case when issued_via = 'points' then 1 else 0 end) as claimed
     from {{ ref('stg_guestdata__rewards') }}
+    where {{ in_rebuilt_accounts() }}
     group by source_relation, offer_id
 ),
 
@@ -42,11 +44,12 @@ redemptions as (
     inner join offers
         on offers.source_relation = redemptions.source_relation
         and offers.offer_id = redemptions.offer_id
+    where {{ in_rebuilt_accounts('redemptions.source_relation') }}
     group by redemptions.source_relation, redemptions.offer_id
 ),
 
 api as (
-    select * from {{ ref('stg_guestdata__offer_stats') }}
+    select * from {{ ref('stg_guestdata__offer_stats') }} where {{ in_rebuilt_accounts() }}
 ),
 
 -- Under a start_date, redemptions are read from it and rewards from before it (docs/tap.md,
@@ -84,7 +87,8 @@ select
     api.claimed as api_claimed,
     api.offer_id is not null as has_api_stats,
     coalesce({{ london_date('offers.created_at') }} >= read_from.read_from_day, true)
-        as has_whole_funnel
+        as has_whole_funnel,
+    {{ build_started_at() }} as built_at
 from offers
 left join read_from on read_from.source_relation = offers.source_relation
 left join rewards

@@ -1,8 +1,9 @@
+{{ account_table_config(holds_accounts=true) }}
 -- depends_on: {{ ref('guestdata_account_status') }}
 -- One row per issued reward, with its redemption (the latest, if voided and redeemed again)
 -- and offer, the time to redeem, and the status as the API read it.
 with rewards as (
-    select * from {{ ref('stg_guestdata__rewards') }}
+    select * from {{ ref('stg_guestdata__rewards') }} where {{ in_rebuilt_accounts() }}
 ),
 
 redemptions as (
@@ -12,10 +13,11 @@ redemptions as (
             partition by source_relation, reward_id order by redeemed_at desc, redemption_id desc
         ) as newest_first
     from {{ ref('stg_guestdata__redemptions') }}
+    where {{ in_rebuilt_accounts() }}
 ),
 
 offers as (
-    select * from {{ ref('stg_guestdata__offers') }}
+    select * from {{ ref('stg_guestdata__offers') }} where {{ in_rebuilt_accounts() }}
 ),
 
 -- A held account keeps the rows of its last good build (macros/account_status.sql).
@@ -50,7 +52,8 @@ select
     redemptions.face_value_minor,
     redemptions.discount_applied_minor,
     {{ seconds_between('rewards.issued_at', 'coalesce(redemptions.redeemed_at, rewards.redeemed_at)') }}
-        as seconds_to_redeem
+        as seconds_to_redeem,
+    {{ build_started_at() }} as built_at
 from rewards
 left join redemptions
     on redemptions.source_relation = rewards.source_relation

@@ -9,13 +9,13 @@
 -- stg_guestdata__guests is read where it is used, not as one common table: PostgreSQL would
 -- materialize the whole history once, every column, before any filter.
 with venues as (
-    select * from {{ ref('stg_guestdata__venues') }}
+    select * from {{ rebuilt_rows(ref('stg_guestdata__venues')) }}
 ),
 
 -- An account's guest history is complete up to the London day of its latest read.
 as_of as (
     select source_relation, {{ london_date('max(read_at)') }} as as_of_date
-    from {{ ref('stg_guestdata__guests') }}
+    from {{ rebuilt_rows(ref('stg_guestdata__guests')) }}
     group by source_relation
 ),
 
@@ -29,13 +29,13 @@ read_from as (
 ),
 
 api as (
-    select * from {{ ref('stg_guestdata__daily_stats') }}
+    select * from {{ rebuilt_rows(ref('stg_guestdata__daily_stats')) }}
 ),
 
 -- Trusted complete reads of a venue's guests (stg_guestdata__guest_reads): a day one covered
 -- whole holds the API's guest rows as of some moment between the newest one's start and finish.
 guest_reads as (
-    select * from {{ ref('stg_guestdata__guest_reads') }}
+    select * from {{ rebuilt_rows(ref('stg_guestdata__guest_reads')) }}
     where is_trusted
 ),
 {% if incremental %}
@@ -47,7 +47,7 @@ since as (
 -- become complete or enter the spine.
 built_as_of as (
     select source_relation, min(date) as as_of_date
-    from {{ this }}
+    from {{ rebuilt_rows(this) }}
     where not is_complete_day
     group by source_relation
 ),
@@ -60,7 +60,7 @@ whole_accounts as (
 whole_venues as (
     select venues.source_relation, venues.venue_id
     from venues
-    left join (select distinct source_relation, venue_id, venue_name from {{ this }}) as built
+    left join (select distinct source_relation, venue_id, venue_name from {{ rebuilt_rows(this) }}) as built
         on built.source_relation = venues.source_relation and built.venue_id = venues.venue_id
     where built.source_relation is null
         or built.venue_name is distinct from venues.venue_name
@@ -71,7 +71,7 @@ whole_venues as (
 -- keep venue and time), erased on request (erasure updates staging in place).
 touched_guest_days as (
     select all_guests.source_relation, all_guests.venue_id, all_guests.visited_on as date
-    from {{ ref('stg_guestdata__guests') }} as all_guests
+    from {{ rebuilt_rows(ref('stg_guestdata__guests'), 'all_guests') }}
     cross join since
     where all_guests.loaded_at >= since.since or all_guests.is_erased
     union
@@ -88,7 +88,7 @@ read_floors as (
     select source_relation, venue_id, min(guests_read_started_at) as oldest_start,
         min(guests_read_completed_at) as oldest_completion,
         max(case when guests_read_started_at is null then 1 else 0 end) as has_unread_day
-    from {{ this }}
+    from {{ rebuilt_rows(this) }}
     group by source_relation, venue_id
 ),
 
@@ -101,7 +101,7 @@ touched_read_days as (
     inner join read_floors
         on read_floors.source_relation = guest_reads.source_relation
         and read_floors.venue_id = guest_reads.venue_id
-    inner join {{ this }} as built
+    inner join {{ rebuilt_rows(this, 'built') }}
         on built.source_relation = guest_reads.source_relation
         and built.venue_id = guest_reads.venue_id
         and built.date >= guest_reads.covered_from_day
@@ -126,7 +126,7 @@ affected_days as (
     union
     -- the days built, from each account's last incomplete day, or of a whole venue or account
     select built.source_relation, built.venue_id, built.date
-    from {{ this }} as built
+    from {{ rebuilt_rows(this, 'built') }}
     left join built_as_of
         on built_as_of.source_relation = built.source_relation
     left join whole_venues
@@ -154,7 +154,7 @@ affected_days as (
             or {{ dbt.dateadd('day', 'day_numbers.generated_number - 1', 'venues.created_on') }} >= built_as_of.as_of_date)
     union
     select all_guests.source_relation, all_guests.venue_id, all_guests.visited_on
-    from {{ ref('stg_guestdata__guests') }} as all_guests
+    from {{ rebuilt_rows(ref('stg_guestdata__guests'), 'all_guests') }}
     left join built_as_of on built_as_of.source_relation = all_guests.source_relation
     left join whole_venues
         on whole_venues.source_relation = all_guests.source_relation
@@ -166,7 +166,7 @@ affected_days as (
 
 guests as (
     select *
-    from {{ ref('stg_guestdata__guests') }}
+    from {{ rebuilt_rows(ref('stg_guestdata__guests')) }}
     where (source_relation, venue_id, visited_on) in (
         select source_relation, venue_id, date from affected_days
     )
@@ -203,7 +203,7 @@ spine as (
 ),
 {% else %}
 guests as (
-    select * from {{ ref('stg_guestdata__guests') }}
+    select * from {{ rebuilt_rows(ref('stg_guestdata__guests')) }}
 ),
 
 venue_days as (
@@ -287,7 +287,7 @@ select
 from spine
 {{ 'left' if incremental else 'inner' }} join as_of
     on as_of.source_relation = spine.source_relation
-left join {{ ref('stg_guestdata__account') }} as accounts
+left join {{ rebuilt_rows(ref('stg_guestdata__account'), 'accounts') }}
     on accounts.source_relation = spine.source_relation
 left join venues
     on venues.source_relation = spine.source_relation and venues.venue_id = spine.venue_id

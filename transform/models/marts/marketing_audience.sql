@@ -11,10 +11,10 @@
 -- every anonymised member's contact are computed again, and replace their rows.
 -- stg_guestdata__guests is read where it is used (fct_venue_daily says why).
 with erased as (
-    select source_relation, contact_key from {{ ref('stg_guestdata__members') }}
+    select source_relation, contact_key from {{ rebuilt_rows(ref('stg_guestdata__members')) }}
     where member_status = 'anonymised' and contact_key is not null
     union
-    select source_relation, nullif(trim(phone), '') from {{ ref('stg_guestdata__members') }}
+    select source_relation, nullif(trim(phone), '') from {{ rebuilt_rows(ref('stg_guestdata__members')) }}
     where member_status = 'anonymised' and nullif(trim(phone), '') is not null
 ),
 {% if incremental %}
@@ -33,22 +33,22 @@ whole_accounts as (
 
 affected as (
     select all_guests.source_relation, all_guests.contact_key
-    from {{ ref('stg_guestdata__guests') }} as all_guests
+    from {{ rebuilt_rows(ref('stg_guestdata__guests'), 'all_guests') }}
     cross join since
     where all_guests.contact_key is not null and all_guests.loaded_at >= since.since
     union
     select source_relation, contact_key from erased
     union
-    select source_relation, contact_key from {{ this }}
+    select source_relation, contact_key from {{ rebuilt_rows(this) }}
     where source_relation in (select source_relation from whole_accounts)
     union
-    select source_relation, contact_key from {{ ref('stg_guestdata__guests') }}
+    select source_relation, contact_key from {{ rebuilt_rows(ref('stg_guestdata__guests')) }}
     where contact_key is not null
         and source_relation in (select source_relation from whole_accounts)
 ),
 {% endif %}
 guests as (
-    select * from {{ ref('stg_guestdata__guests') }}
+    select * from {{ rebuilt_rows(ref('stg_guestdata__guests')) }}
     where contact_key is not null
         and not is_contact_masked
         and not is_erased

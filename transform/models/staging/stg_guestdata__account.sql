@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 with account as ({{ latest_rows('account', ['account_id']) }})
 
 select

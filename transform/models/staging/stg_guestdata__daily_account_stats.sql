@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 with daily_account_stats as ({{ latest_rows('daily_account_stats', ['date']) }})
 
 select

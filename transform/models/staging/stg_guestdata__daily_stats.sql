@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 with daily_stats as ({{ latest_rows('daily_stats', ['venue_id', 'date']) }})
 
 select

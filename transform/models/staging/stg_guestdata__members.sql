@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 -- A member erased on request reads as the API renders an anonymised member (spec 2.8, 3), even
 -- when a load wrote them again after the erasure (macros/erasure_sql.sql).
 with members as ({{ latest_rows('members', ['id']) }}),

@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 with offer_stats as ({{ latest_rows('offer_stats', ['offer_id']) }})
 
 select

@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 with offers as ({{ latest_rows('offers', ['id']) }})
 
 select

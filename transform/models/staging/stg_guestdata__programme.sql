@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 with programme as ({{ latest_rows('programme', ['id']) }})
 
 select

@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 with programme_venues as ({{ latest_rows('programme_venues', ['site_id']) }})
 
 select

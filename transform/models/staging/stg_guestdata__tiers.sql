@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 with tiers as ({{ latest_rows('tiers', ['programme_id', 'key']) }})
 
 select

@@ -1,3 +1,4 @@
+{{ account_table_config() }}
 with venues as ({{ latest_rows('venues', ['id']) }})
 
 select
