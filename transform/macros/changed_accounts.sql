@@ -101,8 +101,7 @@
   {% endfor %}
 {% endmacro %}
 
-{#- on-run-start, last: this build's fingerprints (guestdata_raw_seen, a bounded statement per
-    batch of accounts, committed one at a time so no transaction locks every account's tables),
+{#- on-run-start, last: this build's fingerprints (guestdata_raw_seen: record_fingerprints),
     then which accounts differ from the last complete build (guestdata_raw_changes: an account
     without a record, or a table added, changed or gone). -#}
 {% macro note_changed_accounts() %}
@@ -186,6 +185,9 @@ left join (
   {{ return(accounts) }}
 {% endmacro %}
 
+{#- Whether this model reads only some accounts: an incremental build of it, with
+    guestdata_raw_changes in dbt's relation cache (taken at the invocation's start: the build
+    that first makes the table reads every account). -#}
 {% macro reads_rebuilt_accounts() %}
   {{ return(execute and flags.WHICH in ['build', 'run', 'retry'] and this is defined and this is not none
             and is_incremental() and load_relation(account_changes_location('changes')) is not none) }}
