@@ -32,6 +32,7 @@ from support.dbt import (
     query,
 )
 from support.pipeline import MeltanoProject
+from support.sandbox import this_instant
 
 pytestmark = pytest.mark.e2e
 
@@ -49,8 +50,12 @@ EVERY_ACCOUNT = {
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[SandboxProcess]:
-    """The module's sandbox (tests/transform/conftest.py's), serving the colliding account too."""
-    with SandboxProcess(size="small", seed=31, limits=False, colliding_account=True) as server:
+    """The module's sandbox (tests/transform/conftest.py's), serving the colliding account too,
+    as of the module's start: a London midnight passing between a load and the truth it is
+    checked against moves neither (CI failed on it at 00:00, 2026-11-29)."""
+    with SandboxProcess(
+        size="small", seed=31, limits=False, colliding_account=True, as_of=this_instant()
+    ) as server:
         yield server
 
 
