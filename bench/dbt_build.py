@@ -17,11 +17,18 @@ database, as the loader would have left them. Side by side in one run:
   had) loaded by the daily sync; the nightly build against a `--full-refresh` build of the same
   raw data. The ratios: nightly / full per size, and the nightly build's growth from one size to
   the next. Beside them, the nightly build of the same project over empty raw tables: dbt's fixed
-  cost, below which no nightly build goes.
+  cost, below which no nightly build goes;
+- `--fakesnow 1000`: the same tiny accounts on Snowflake, emulated by fakesnow: one small
+  account loaded by target-snowflake, copied into that many schemas of a few rows each, then
+  dbt-snowflake's first and nightly `dbt run`, with the largest statement it sent (fakesnow's
+  statement log).
 
 Run from the repository root: `PYTHONPATH=tests:scripts .venv/bin/python bench/dbt_build.py`.
 `--transform DIR` builds another copy of the dbt project (e.g. with an earlier revision's
-macros) against the same loads, for a before/after comparison.
+macros) against the same loads. `--before DIR` builds both, side by side in one run: each
+measured pair of builds (first and nightly) of `--accounts` and `--tiny` runs with the project
+of DIR too (e.g. `git archive 8861222 transform | tar -x -C /tmp/before`), on the same raw
+schemas into models of its own, and the results name it `..._before`.
 """
 
 from __future__ import annotations
@@ -46,10 +53,11 @@ import psycopg
 from psycopg import sql
 
 import support.dbt
-from demo_pipeline import Destination
+from demo_pipeline import Destination, run_meltano
 from guestdata_sandbox.testing import SandboxProcess
-from support.dbt import LOAD_ONLY, RUN_ALL, Dbt, dbt_env, meltano_project
+from support.dbt import LOAD_ONLY, RUN_ALL, Dbt, dbt_env, meltano_project, read_results
 from support.pipeline import postgres_server, throwaway_database
+from support.snowflake_pipeline import LOADER, PLUGINS, PROJECT_ROOT, SCHEMA, SnowflakePipeline
 
 RESULTS = Path(__file__).parent / "results"
 TEMPLATE = "guestdata"
@@ -79,6 +87,25 @@ ERASURE_HOOK = "apply_erasures"
 # The suppression and salt tables erase_person creates in an account's raw schema
 # (macros/erasure_sql.sql): copied to the first --erasures accounts only.
 ERASURE_TABLES = ("guestdata_erasures", "guestdata_erasure_salt")
+# --fakesnow: the template's raw tables copied into `count` schemas straight in fakesnow's DuckDB
+# file, one transaction (through fakesnow, each statement is parsed and transpiled: minutes).
+# fakesnow reads them back like its own (its information_schema is views over DuckDB's catalog).
+COPY_FAKESNOW_SCHEMAS = """
+import sys, duckdb
+database_file, template, prefix, count, rows = sys.argv[1:]
+connection = duckdb.connect(database_file)
+tables = [name for (name,) in connection.execute(
+    "select table_name from information_schema.tables"
+    " where table_schema = ? and table_type = 'BASE TABLE'", [template]).fetchall()]
+connection.execute("begin")
+for number in range(int(count)):
+    schema = f"{prefix}{number:05d}"
+    connection.execute(f'create schema "{schema}"')
+    for table in tables:
+        connection.execute(f'create table "{schema}"."{table}" as'
+                           f' select * from "{template}"."{table}" limit {int(rows)}')
+connection.execute("commit")
+"""
 
 
 def copy_accounts(
@@ -339,12 +366,24 @@ def main() -> None:
         default=0,
         help="this many of the --tiny accounts hold an erasure request (the hooks' cost)",
     )
+    parser.add_argument(
+        "--fakesnow",
+        type=int,
+        nargs="*",
+        default=[],
+        help="tiny accounts on fakesnow (dbt-snowflake): the runs and their largest statement",
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--postgres-url", help="the server to use (default: 127.0.0.1:5432)")
     parser.add_argument(
         "--transform",
         type=Path,
         help="the dbt project to build (default: transform/), e.g. a copy with earlier macros",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="an earlier revision's dbt project, built beside --transform's on the same loads",
     )
     parser.add_argument(
         "--own-server",
@@ -361,6 +400,8 @@ def main() -> None:
         (work / folder).mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"accounts": arguments.accounts, "sample": arguments.sample}
     results["transform"] = str(support.dbt.TRANSFORM)
+    if arguments.before is not None:
+        results["before"] = str(arguments.before.resolve())
     with (
         own_server(max([arguments.accounts, *arguments.tiny]))
         if arguments.own_server
@@ -372,6 +413,10 @@ def main() -> None:
         for size in arguments.history:
             results[f"history_{size}"] = history(server, work, size, arguments.seed)
             print(size, json.dumps(results[f"history_{size}"], indent=2), flush=True)
+        for count in arguments.fakesnow:
+            fakesnow = fakesnow_tiny(work, count, arguments.seed)
+            results[f"fakesnow_tiny_{count}"] = fakesnow
+            print(count, "tiny accounts on fakesnow:", json.dumps(fakesnow), flush=True)
         for smaller, larger in itertools.pairwise(arguments.history):
             growth = (
                 results[f"history_{larger}"]["nightly_build_s"]
@@ -394,7 +439,7 @@ def across_accounts(server: Any, work: Path, arguments: argparse.Namespace) -> d
         meltano_project(sandbox, server, database, work / "load", work / "logs").run(*RUN_ALL)
         if arguments.accounts:
             results["builds_across_accounts"] = builds_across_accounts(
-                server, database, work, arguments.accounts, arguments.sample
+                server, database, work, arguments
             )
             print(json.dumps(results["builds_across_accounts"], indent=2), flush=True)
         if arguments.erasures:
@@ -402,29 +447,93 @@ def across_accounts(server: Any, work: Path, arguments: argparse.Namespace) -> d
         for count in arguments.tiny:
             prefix = f"guestdata_t{count}_"
             copy_accounts(conninfo, count, prefix, TINY_ROWS, arguments.erasures)
-            tiny = dbt_for(
-                server,
-                database,
-                work,
-                f"tiny-{count}",
-                GUESTDATA_RAW_SCHEMAS=prefix.replace("_", "\\_") + "%",
-                GUESTDATA_DBT_SCHEMA=f"guestdata_tiny_{count}",
-            )
-            # dbt run: a few rows break the reconciliations, whose failures would skip the
-            # marts in a build.
-            first = measured_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
-            nightly = measured_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
-            results[f"tiny_{count}"] = {
-                "first_s": first["seconds"],
-                "nightly_s": nightly["seconds"],
-                "nightly_over_first": nightly["seconds"] / first["seconds"],
-                **{f"first_{name}": value for name, value in first.items() if name != "seconds"},
-                **{
-                    f"nightly_{name}": value for name, value in nightly.items() if name != "seconds"
-                },
-            }
-            print(count, "tiny accounts:", json.dumps(results[f"tiny_{count}"]), flush=True)
+            for suffix, project in projects(arguments):
+                with built_from(project):
+                    tiny = dbt_for(
+                        server,
+                        database,
+                        work,
+                        f"tiny-{count}{suffix}",
+                        GUESTDATA_RAW_SCHEMAS=prefix.replace("_", "\\_") + "%",
+                        GUESTDATA_DBT_SCHEMA=f"guestdata_tiny_{count}{suffix}",
+                    )
+                    # dbt run: a few rows break the reconciliations, whose failures would skip
+                    # the marts in a build.
+                    first = measured_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
+                    nightly = measured_build(tiny, "run", timeout=TINY_RUN_TIMEOUT)
+                name = f"tiny_{count}{suffix}"
+                results[name] = {
+                    "first_s": first["seconds"],
+                    "nightly_s": nightly["seconds"],
+                    "nightly_over_first": nightly["seconds"] / first["seconds"],
+                    **{f"first_{key}": value for key, value in first.items() if key != "seconds"},
+                    **{
+                        f"nightly_{key}": value
+                        for key, value in nightly.items()
+                        if key != "seconds"
+                    },
+                }
+                print(count, f"tiny accounts{suffix}:", json.dumps(results[name]), flush=True)
     return results
+
+
+def projects(arguments: argparse.Namespace) -> list[tuple[str, Path | None]]:
+    """The dbt projects each measured pair of builds runs with, and the suffix of their names:
+    --transform's (or transform/), then --before's."""
+    before = [("_before", arguments.before.resolve())] if arguments.before is not None else []
+    return [("", None), *before]
+
+
+@contextmanager
+def built_from(project: Path | None) -> Iterator[None]:
+    """Dbt.run (and hook_place) build `project` within (None: --transform's, as set)."""
+    chosen = support.dbt.TRANSFORM
+    support.dbt.TRANSFORM = project or chosen
+    try:
+        yield
+    finally:
+        support.dbt.TRANSFORM = chosen
+
+
+def fakesnow_tiny(work: Path, count: int, seed: int) -> dict[str, Any]:
+    """`count` tiny accounts on fakesnow: a small account loaded by the fakesnow job, copied
+    into `count` schemas, then dbt-snowflake's first and nightly `dbt run` of them all (every
+    model built), each with its seconds and the largest statement it sent."""
+    folder = work / f"fakesnow-{count}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    # The plugins the Snowflake tests install (tests/snowflake/conftest.py's fakesnow_venv).
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MELTANO_")}
+    env["MELTANO_DATABASE_URI"] = f"sqlite:///{folder / 'meltano-install.db'}"
+    run_meltano(["install", *PLUGINS], env, folder / "meltano-install.log")
+    venv = PROJECT_ROOT / ".meltano" / "loaders" / LOADER / "venv"
+    with SandboxProcess(size="small", seed=seed, limits=False) as sandbox:
+        pipeline = SnowflakePipeline.in_folder(folder, venv, sandbox.base_url)
+        pipeline.run()  # the template account, into SCHEMA
+    prefix = f"{SCHEMA}_T{count}_"
+    database_file = pipeline.warehouse.db_path / f"{pipeline.warehouse.database}.db"
+    copy = [venv / "bin" / "python", "-c", COPY_FAKESNOW_SCHEMAS, database_file, SCHEMA, prefix]
+    subprocess.run([*copy, str(count), str(TINY_ROWS)], check=True)
+    measured: dict[str, Any] = {}
+    for build in ("first", "nightly"):
+        logged = len(pipeline.statements())
+        started = time.monotonic()
+        # dbt run, as --tiny: a few rows break the reconciliations.
+        pipeline.invoke_dbt(
+            "run", GUESTDATA_RAW_SCHEMAS=f"{prefix}%", GUESTDATA_DBT_SCHEMA=f"TINY_{count}"
+        )
+        measured[f"{build}_s"] = time.monotonic() - started
+        assert pipeline.dbt_target is not None
+        results = read_results(pipeline.dbt_target)
+        models = {name for name, result in results.items() if result["resource_type"] == "model"}
+        failed = {name for name in models if results[name]["status"] != "success"}
+        if not models or failed:
+            sys.exit(f"dbt run on fakesnow: models not built: {sorted(failed) or 'none ran'}")
+        sizes = [len(statement.encode()) for statement in pipeline.statements()[logged:]]
+        measured[f"{build}_statements"] = len(sizes)
+        measured[f"{build}_largest_statement_bytes"] = max(sizes, default=0)
+    measured["nightly_over_first"] = measured["nightly_s"] / measured["first_s"]
+    return measured
 
 
 def erase_a_guest(server: Any, database: str, work: Path, conninfo: str) -> None:
@@ -446,8 +555,9 @@ def erase_a_guest(server: Any, database: str, work: Path, conninfo: str) -> None
 
 
 def builds_across_accounts(
-    server: Any, database: str, work: Path, accounts: int, sample: int
+    server: Any, database: str, work: Path, arguments: argparse.Namespace
 ) -> dict[str, float]:
+    accounts, sample = arguments.accounts, arguments.sample
     copy_accounts(server.conninfo(database), accounts, "guestdata_a", None)
     per_account_first, per_account_nightly = [], []
     for number in range(sample):
@@ -455,26 +565,29 @@ def builds_across_accounts(
         one = dbt_for(server, database, work, f"one-{number}", GUESTDATA_PG_SCHEMA=schema)
         per_account_first.append(timed_build(one))
         per_account_nightly.append(timed_build(one))
-    every = dbt_for(
-        server,
-        database,
-        work,
-        "every",
-        GUESTDATA_RAW_SCHEMAS="guestdata\\_a%",
-        GUESTDATA_DBT_SCHEMA="guestdata_every_account",
-    )
-    one_first, one_nightly = timed_build(every), timed_build(every)
-    measured = {
-        "one_build_first_s": one_first,
-        "one_build_nightly_s": one_nightly,
+    measured: dict[str, float] = {}
+    for suffix, project in projects(arguments):
+        with built_from(project):
+            every = dbt_for(
+                server,
+                database,
+                work,
+                f"every{suffix}",
+                GUESTDATA_RAW_SCHEMAS="guestdata\\_a%",
+                GUESTDATA_DBT_SCHEMA=f"guestdata_every_account{suffix}",
+            )
+            one_first, one_nightly = timed_build(every), timed_build(every)
+        measured[f"one_build_first_s{suffix}"] = one_first
+        measured[f"one_build_nightly_s{suffix}"] = one_nightly
         # a nightly with nothing new against the first build (issue 43: at most 1/4)
-        "one_build_nightly_over_first": one_nightly / one_first,
-    }
+        measured[f"one_build_nightly_over_first{suffix}"] = one_nightly / one_first
     if sample:  # --sample 0: the one build alone
         measured["per_account_first_s"] = statistics.median(per_account_first)
         measured["per_account_nightly_s"] = statistics.median(per_account_nightly)
-        measured["first_ratio"] = one_first / (accounts * measured["per_account_first_s"])
-        measured["nightly_ratio"] = one_nightly / (accounts * measured["per_account_nightly_s"])
+        for build in ("first", "nightly"):
+            measured[f"{build}_ratio"] = measured[f"one_build_{build}_s"] / (
+                accounts * measured[f"per_account_{build}_s"]
+            )
     return measured
 
 
