@@ -181,15 +181,15 @@ from {{ source('guestdata', table) }} as raw_table
 {%- endmacro %}
 
 {#- `branches` (a select per account) under union all: in the statement whole while they fit in
-    statement_batch_bytes(); past that, each batch a view beside the model being built (named
-    after `name`: account_union_views), and the views' union. Outside a model (a hook, an
-    operation): whole. -#}
-{% macro bounded_union_all(branches, name) %}
+    `budget` (statement_batch_bytes(), or a share of it for a statement holding several such
+    unions); past that, each batch a view beside the model being built (named after `name`:
+    account_union_views), and the views' union. Outside a model (a hook, an operation): whole. -#}
+{% macro bounded_union_all(branches, name, budget=none) %}
   {% set sized = [] %}
   {% for branch in branches %}
     {% do sized.append({'sql': branch, 'size': branch | length + 16}) %}
   {% endfor %}
-  {% set batches = batches_within(sized, statement_batch_bytes()) %}
+  {% set batches = batches_within(sized, budget or statement_batch_bytes()) %}
   {% if batches | length <= 1 or this is not defined or this is none %}
     {{ return(union_all(branches)) }}
   {% endif %}

@@ -89,7 +89,8 @@
     unions of plain selects (account_read_branches): joined and grouped once on top. PostgreSQL
     plans a union whose every branch joins and groups in time growing faster than the branches
     (40 s at 1,000 accounts); plain selects, in proportion. Bounded as union_raw's
-    (bounded_union_all). -#}
+    (bounded_union_all), each to half a batch: one statement holds both (two whole batches were
+    413 KB at 1,000 accounts on Snowflake, and would pass 512 KB just short of a view each). -#}
 {% macro accounts_read_tables(stream, tables) %}
   {% set windows, raw = [], [] %}
   {% for schema, relations in tables.items() %}
@@ -97,8 +98,9 @@
     {% do windows.append(branches.reads) %}
     {% do raw.append(branches.held) %}
   {% endfor %}
-  {{ return({'windows': "(" ~ bounded_union_all(windows, 'read_windows') ~ ")",
-              'raw': "(" ~ bounded_union_all(raw, stream.name ~ '_held') ~ ")"}) }}
+  {% set half = statement_batch_bytes() // 2 %}
+  {{ return({'windows': "(" ~ bounded_union_all(windows, 'read_windows', half) ~ ")",
+              'raw': "(" ~ bounded_union_all(raw, stream.name ~ '_held', half) ~ ")"}) }}
 {% endmacro %}
 
 {#- The reads of a stream the hook applies, of an account whose watermark is `since` (SQL over
