@@ -53,11 +53,11 @@ import psycopg
 from psycopg import sql
 
 import support.dbt
-from demo_pipeline import Destination, run_meltano
+from demo_pipeline import Destination
 from guestdata_sandbox.testing import SandboxProcess
 from support.dbt import LOAD_ONLY, RUN_ALL, Dbt, dbt_env, meltano_project, read_results
 from support.pipeline import postgres_server, throwaway_database
-from support.snowflake_pipeline import LOADER, PLUGINS, PROJECT_ROOT, SCHEMA, SnowflakePipeline
+from support.snowflake_pipeline import SCHEMA, SnowflakePipeline, installed_fakesnow_venv
 
 RESULTS = Path(__file__).parent / "results"
 TEMPLATE = "guestdata"
@@ -502,11 +502,9 @@ def fakesnow_tiny(work: Path, count: int, seed: int) -> dict[str, Any]:
     folder = work / f"fakesnow-{count}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    # The plugins the Snowflake tests install (tests/snowflake/conftest.py's fakesnow_venv).
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MELTANO_")}
-    env["MELTANO_DATABASE_URI"] = f"sqlite:///{folder / 'meltano-install.db'}"
-    run_meltano(["install", *PLUGINS], env, folder / "meltano-install.log")
-    venv = PROJECT_ROOT / ".meltano" / "loaders" / LOADER / "venv"
+    install = folder / "install"
+    install.mkdir()
+    venv = installed_fakesnow_venv(install)
     with SandboxProcess(size="small", seed=seed, limits=False) as sandbox:
         pipeline = SnowflakePipeline.in_folder(folder, venv, sandbox.base_url)
         pipeline.run()  # the template account, into SCHEMA

@@ -23,23 +23,15 @@ on the same databases.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import demo_pipeline
 from guestdata_sandbox.testing import SandboxProcess
 from support.sandbox import module_sandbox_as_of, this_instant
-from support.snowflake_pipeline import (
-    DBT_BUILD,
-    LOADER,
-    PLUGINS,
-    PROJECT_ROOT,
-    SnowflakePipeline,
-)
+from support.snowflake_pipeline import DBT_BUILD, SnowflakePipeline, installed_fakesnow_venv
 
 pytestmark = pytest.mark.snowflake
 
@@ -48,11 +40,7 @@ pytestmark = pytest.mark.snowflake
 def fakesnow_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The loader's plugin venv (target-snowflake, fakesnow, guestdata-fakesnow), installed or
     found up to date once per session, with the tap and the dbt utility (dbt-snowflake)."""
-    scratch = tmp_path_factory.mktemp("snowflake-install")
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MELTANO_")}
-    env["MELTANO_DATABASE_URI"] = f"sqlite:///{scratch / 'meltano.db'}"
-    demo_pipeline.run_meltano(["install", *PLUGINS], env, scratch / "meltano-install.log")
-    return PROJECT_ROOT / ".meltano" / "loaders" / LOADER / "venv"
+    return installed_fakesnow_venv(tmp_path_factory.mktemp("snowflake-install"))
 
 
 @pytest.fixture(scope="session")

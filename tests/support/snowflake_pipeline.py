@@ -97,6 +97,16 @@ class FakesnowWarehouse:
         return tables
 
 
+def installed_fakesnow_venv(scratch: Path) -> Path:
+    """`meltano install` of PLUGINS (idempotent; its system database and log in `scratch`): the
+    loader's plugin venv (target-snowflake, fakesnow, guestdata-fakesnow), with the tap and the
+    dbt utility (dbt-snowflake) beside it."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MELTANO_")}
+    env["MELTANO_DATABASE_URI"] = f"sqlite:///{scratch / 'meltano.db'}"
+    demo_pipeline.run_meltano(["install", *PLUGINS], env, scratch / "meltano-install.log")
+    return PROJECT_ROOT / ".meltano" / "loaders" / LOADER / "venv"
+
+
 def decode(value: dict[str, Any]) -> Any:
     """The inverse of guestdata_fakesnow.encode: tagged JSON back to datetimes, dates, decimals."""
     if len(value) == 1:
