@@ -50,9 +50,8 @@ EVERY_ACCOUNT = {
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[SandboxProcess]:
-    """The module's sandbox (tests/transform/conftest.py's), serving the colliding account too,
-    as of the module's start: a London midnight passing between a load and the truth it is
-    checked against moves neither (CI failed on it at 00:00, 2026-11-29)."""
+    """The module's sandbox (tests/transform/conftest.py's, as of the module's start), serving
+    the colliding account too."""
     with SandboxProcess(
         size="small", seed=31, limits=False, colliding_account=True, as_of=this_instant()
     ) as server:

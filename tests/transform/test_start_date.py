@@ -14,7 +14,6 @@ window.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,18 +35,11 @@ from support.dbt import (
     query,
 )
 from support.pipeline import MeltanoProject
-from support.sandbox import this_instant
 
 pytestmark = pytest.mark.e2e
 
 MODELS_SCHEMA = f"{RAW_SCHEMA}_analytics"
 WINDOW = Window(london_day(40))  # inside the small account's history
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[SandboxProcess]:
-    with SandboxProcess(size="small", seed=31, limits=False, as_of=this_instant()) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
