@@ -114,10 +114,20 @@ class Airflow:
         """`dag.test()` of `dag_id` (`run`: its logical_date and conf, see run_dag.py); unless
         `check` is False, a failed run fails the test."""
         arguments = [json.dumps(dict(run))] if run else []
+        outcome = self.home / f"run_dag-{len(self.logs)}.json"
+        outcome.unlink(missing_ok=True)
         self.run(
-            str(HERE / "run_dag.py"), dag_id, *arguments, timeout=DAG_TEST_TIMEOUT, check=check
+            str(HERE / "run_dag.py"),
+            dag_id,
+            str(outcome),
+            *arguments,
+            timeout=DAG_TEST_TIMEOUT,
+            check=check,
         )
-        return json.loads(self.logs[-1].read_text().strip().splitlines()[-1])
+        if not outcome.exists():
+            tail = "\n".join(self.logs[-1].read_text().splitlines()[-60:])
+            pytest.fail(f"run_dag.py {dag_id} wrote no outcome; log {self.logs[-1]}:\n{tail}")
+        return json.loads(outcome.read_text())
 
     def output(self) -> str:
         return "\n".join(log.read_text() for log in self.logs)

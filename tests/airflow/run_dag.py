@@ -1,8 +1,9 @@
-"""Runs one DAG of `dags/` for real with `dag.test()` and prints its outcome as JSON.
+"""Runs one DAG of `dags/` for real with `dag.test()` and writes its outcome as JSON.
 
-Usage: python run_dag.py DAG_ID [RUN_JSON] (in an environment from `dag_testing.airflow_env`,
-after `airflow db migrate`). RUN_JSON, all optional: `{"logical_date": ISO, "conf": {...}}` for
-one run, or `{"backfill": {"from": ISO, "to": ISO}, "conf": {...}}` for a backfill of a range.
+Usage: python run_dag.py DAG_ID OUTCOME_FILE [RUN_JSON] (in an environment from
+`dag_testing.airflow_env`, after `airflow db migrate`). RUN_JSON, all optional:
+`{"logical_date": ISO, "conf": {...}}` for one run, or `{"backfill": {"from": ISO, "to": ISO},
+"conf": {...}}` for a backfill of a range.
 
 A backfill asks Airflow's own backfill planner (`airflow backfill create`'s) for the runs of
 the range and their data intervals, and runs each with `dag.test()` as a run of type
@@ -10,15 +11,15 @@ the range and their data intervals, and runs each with `dag.test()` as a run of 
 swapped for one that makes the backfill's run (the scheduler's part, which `dag.test()` stands
 in for, is otherwise the same).
 
-stdout's last line: for one run `{"dag_id", "state", "seconds", "run_type", "data_interval":
-[start, end], "tasks": {id: state}, "accounts": {label: {task: state}}, "assets_published":
-[names], "variables": [the keys of Airflow's Variables after the run], "asset_triggered":
-[the DAGs the scheduler would now start because of asset events]}`, where `tasks` are
-the unmapped task instances and `accounts` the state of each account's mapped tasks (its
-batch's) by the last part of their task id (`load`, `dbt_build`),
-and `labels` what Airflow shows for each batch (`<account>, <account>.<task>`: the rendered map
-index, None if the task never rendered it); for a backfill `{"dag_id", "state", "runs": [one
-run's outcome, ...]}`.
+The outcome goes to OUTCOME_FILE, not stdout: a log line written after it (Airflow's, or a task
+child's) broke a test that read stdout's last line. For one run `{"dag_id", "state", "seconds",
+"run_type", "data_interval": [start, end], "tasks": {id: state}, "accounts": {label: {task:
+state}}, "assets_published": [names], "variables": [the keys of Airflow's Variables after the
+run], "asset_triggered": [the DAGs the scheduler would now start because of asset events]}`,
+where `tasks` are the unmapped task instances and `accounts` the state of each account's mapped
+tasks (its batch's) by the last part of their task id (`load`, `dbt_build`), and `labels` what
+Airflow shows for each batch (`<account>, <account>.<task>`: the rendered map index, None if the
+task never rendered it); for a backfill `{"dag_id", "state", "runs": [one run's outcome, ...]}`.
 Exit status 0 when every run succeeded.
 """
 
@@ -137,19 +138,19 @@ def backfill(dag: Any, first: datetime, last: datetime, conf: dict[str, Any]) ->
     return runs
 
 
-def main(dag_id: str, run: dict[str, Any]) -> int:
+def main(dag_id: str, outcome_file: Path, run: dict[str, Any]) -> int:
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=DAGS_FOLDER)
     if bag.import_errors:
-        print(json.dumps({"dag_id": dag_id, "import_errors": bag.import_errors}))
+        outcome_file.write_text(json.dumps({"dag_id": dag_id, "import_errors": bag.import_errors}))
         return 2
     dag = bag.dags[dag_id]
     if "backfill" in run:
         first, last = (datetime.fromisoformat(run["backfill"][end]) for end in ("from", "to"))
         runs = backfill(dag, first, last, run.get("conf") or {})
         state = "success" if runs and all(r["state"] == "success" for r in runs) else "failed"
-        print(json.dumps({"dag_id": dag_id, "state": state, "runs": runs}))
+        outcome_file.write_text(json.dumps({"dag_id": dag_id, "state": state, "runs": runs}))
         return 0 if state == "success" else 1
     arguments: dict[str, Any] = {}
     if "logical_date" in run:
@@ -159,9 +160,10 @@ def main(dag_id: str, run: dict[str, Any]) -> int:
     started = time.monotonic()
     dag_run = dag.test(**arguments)
     result = outcome(dag_id, dag_run, time.monotonic() - started)
-    print(json.dumps(result))
+    outcome_file.write_text(json.dumps(result))
     return 0 if result["state"] == "success" else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}))
+    run = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    sys.exit(main(sys.argv[1], Path(sys.argv[2]), run))
