@@ -79,6 +79,12 @@ def inspect_dags(
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def log_tail(log: Path) -> str:
+    """A failed run's message: the log's path and its last 60 lines."""
+    tail = "\n".join(log.read_text().splitlines()[-60:])
+    return f"log {log}:\n{tail}"
+
+
 class Airflow:
     """Runs `airflow db migrate` and `run_dag.py` in one throwaway AIRFLOW_HOME."""
 
@@ -104,8 +110,7 @@ class Airflow:
                 check=False,
             )
         if check and result.returncode != 0:
-            tail = "\n".join(log.read_text().splitlines()[-60:])
-            pytest.fail(f"{' '.join(args)} exited {result.returncode}; log {log}:\n{tail}")
+            pytest.fail(f"{' '.join(args)} exited {result.returncode}; {log_tail(log)}")
         return result
 
     def dag_test(
@@ -125,8 +130,7 @@ class Airflow:
             check=check,
         )
         if not outcome.exists():
-            tail = "\n".join(self.logs[-1].read_text().splitlines()[-60:])
-            pytest.fail(f"run_dag.py {dag_id} wrote no outcome; log {self.logs[-1]}:\n{tail}")
+            pytest.fail(f"run_dag.py {dag_id} wrote no outcome; {log_tail(self.logs[-1])}")
         return json.loads(outcome.read_text())
 
     def output(self) -> str:
