@@ -4,11 +4,12 @@ Run as a subprocess (importing Airflow installs its own logging handlers, which 
 into the rest of the test session), by any interpreter with Airflow (the standard library
 only, besides). stdin: a JSON list of scenarios, each `{"env": {...}, "known_pools": [...] |
 null, "api_keys": [names], "dags_folder": path (default: this repository's dags/),
-"details": false (the accounts are not resolved)}`; stdout's last line: a JSON list with, per
-scenario, the import errors, the Variables read while parsing, every DAG's settings and tasks,
-each account its plan tasks return (its batch, and what the operators resolve it to), for each
-name in `api_keys` what a load task reads for it and whether logs would mask it, and the file
-the factory (`tap_guestdata.airflow`) was imported from.
+"details": false (the accounts are not resolved)}`. Usage: dag_inspector.py RESULT_FILE. It
+writes to RESULT_FILE, not stdout (a log line after the JSON broke run_dag.py's reader so), a
+JSON list with, per scenario, the import errors, the Variables read while parsing, every DAG's
+settings and tasks, each account its plan tasks return (its batch, and what the operators
+resolve it to), for each name in `api_keys` what a load task reads for it and whether logs would
+mask it, and the file the factory (`tap_guestdata.airflow`) was imported from.
 """
 
 from __future__ import annotations
@@ -198,7 +199,8 @@ def inspect(scenario: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     scenarios = json.load(sys.stdin)
-    print(json.dumps([inspect(scenario) for scenario in scenarios]))
+    results = [inspect(scenario) for scenario in scenarios]
+    Path(sys.argv[1]).write_text(json.dumps(results))
     return 0
 
 

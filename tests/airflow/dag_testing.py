@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -66,8 +67,11 @@ def inspect_dags(
     airflow_home: Path, scenarios: list[dict[str, Any]], python: str = sys.executable
 ) -> list[dict[str, Any]]:
     """Run `dag_inspector.py` on the scenarios (one `python` subprocess for all of them)."""
+    descriptor, name = tempfile.mkstemp(prefix="dag_inspector-", suffix=".json", dir=airflow_home)
+    os.close(descriptor)
+    results = Path(name)
     result = subprocess.run(
-        [python, str(HERE / "dag_inspector.py")],
+        [python, str(HERE / "dag_inspector.py"), str(results)],
         input=json.dumps(scenarios),
         env=airflow_env(airflow_home),
         capture_output=True,
@@ -76,7 +80,7 @@ def inspect_dags(
         check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(results.read_text())
 
 
 def log_tail(log: Path) -> str:
